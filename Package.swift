@@ -1,0 +1,46 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let package = Package(
+    name: "RunLoopKit",
+    products: [
+        .library(name: "RunLoopKit", targets: ["RunLoopKit"]),
+        .executable(name: "runloop-lab", targets: ["runloop-lab"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // Linux system calls and headers Swift's Glibc module does not import
+        // (epoll, eventfd, timerfd, gettid, thread names).
+        .target(name: "CRunLoopKit"),
+        .target(
+            name: "RunLoopKit",
+            dependencies: [
+                "CRunLoopKit",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "runloop-lab",
+            dependencies: [
+                "RunLoopKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(
+            name: "RunLoopKitTests",
+            dependencies: [
+                "RunLoopKit",
+                "CRunLoopKit",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,43 @@
+#ifndef C_RUNLOOPKIT_H
+#define C_RUNLOOPKIT_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+
+/// The kernel thread id of the calling thread (gettid(2)).
+pid_t crlk_gettid(void);
+
+/// True when the calling thread is the process's main thread (its tid equals the pid).
+bool crlk_is_main_thread(void);
+
+/// Copies the calling thread's name (at most `len` bytes including NUL) into `buf`.
+int crlk_get_thread_name(char *buf, size_t len);
+
+/// Sets the calling thread's name as the OS sees it (15 characters at most are kept).
+int crlk_set_thread_name(const char *name);
+
+/// Reads CLOCK_BOOTTIME (the clock Swift's ContinuousClock uses on Linux) in nanoseconds.
+int64_t crlk_boottime_ns(void);
+
+/// Arms `fd` (a timerfd on CLOCK_BOOTTIME) to expire once at the absolute time `deadline_ns`,
+/// or disarms it when `deadline_ns` is negative. Returns 0, or -1 with errno set.
+int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
+
+/// Counts the open file descriptors of this process (entries in /proc/self/fd), or -1.
+int crlk_count_open_fds(void);
+
+/// Constants Swift cannot import from the headers as macros of the right type.
+enum {
+    CRLK_EPOLLIN = EPOLLIN,
+    CRLK_EPOLLOUT = EPOLLOUT,
+    CRLK_EPOLLERR = EPOLLERR,
+    CRLK_EPOLLHUP = EPOLLHUP,
+    CRLK_EPOLLRDHUP = EPOLLRDHUP,
+};
+
+#endif

@@ -1,0 +1,48 @@
+#define _GNU_SOURCE
+#include "CRunLoopKit.h"
+#include <pthread.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <errno.h>
+
+pid_t crlk_gettid(void) { return gettid(); }
+
+bool crlk_is_main_thread(void) { return gettid() == getpid(); }
+
+int crlk_get_thread_name(char *buf, size_t len) { return pthread_getname_np(pthread_self(), buf, len); }
+
+int crlk_set_thread_name(const char *name) {
+    char truncated[16];
+    size_t i = 0;
+    for (; i < 15 && name[i] != 0; i++) truncated[i] = name[i];
+    truncated[i] = 0;
+    return pthread_setname_np(pthread_self(), truncated);
+}
+
+int64_t crlk_boottime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns) {
+    struct itimerspec spec = {0};
+    if (deadline_ns >= 0) {
+        if (deadline_ns == 0) deadline_ns = 1; /* 0 would disarm */
+        spec.it_value.tv_sec = deadline_ns / 1000000000LL;
+        spec.it_value.tv_nsec = deadline_ns % 1000000000LL;
+    }
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+int crlk_count_open_fds(void) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return -1;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] != '.') count++;
+    }
+    closedir(dir);
+    return count - 1; /* the directory stream's own descriptor */
+}

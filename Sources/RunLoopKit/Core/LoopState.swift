@@ -1,0 +1,239 @@
+import DequeModule
+
+/// A block queued with ``RunLoop/perform(inModes:_:)``.
+struct PendingBlock: Sendable {
+    enum Modes: Sendable {
+        case one(RunLoop.Mode)
+        case many([RunLoop.Mode])
+    }
+
+    let modes: Modes
+    let body: @Sendable () -> Void
+
+    /// Whether the block may run in `mode` (``RunLoop/Mode/common`` matches every common mode).
+    @inline(__always)
+    func runs(in mode: RunLoop.Mode, modeIsCommon: Bool) -> Bool {
+        switch modes {
+        case .one(let wanted): wanted == mode || (modeIsCommon && wanted == .common)
+        case .many(let wanted): wanted.contains { $0 == mode || (modeIsCommon && $0 == .common) }
+        }
+    }
+}
+
+/// One mode's items. Sources and observers are kept sorted by order (stable), so a run takes a
+/// snapshot by retaining the array: no copy unless the array changes while the snapshot is held.
+struct ModeState: Sendable {
+    let name: RunLoop.Mode
+    var sources: ContiguousArray<RunLoopSource> = []
+    var observers: ContiguousArray<RunLoopObserver> = []
+    var observerMask: UInt = 0
+    var timers = TimerHeap()
+    var timerCount = 0
+
+    init(name: RunLoop.Mode) { self.name = name }
+
+    mutating func recomputeObserverMask() {
+        observerMask = observers.reduce(0) { $0 | $1.activities.rawValue }
+    }
+}
+
+/// Everything about a loop that other threads may change, kept under the loop's lock.
+struct LoopState: Sendable {
+    /// The mode table. Modes are never removed, so an index stays valid for the loop's life.
+    var modes: ContiguousArray<ModeState> = []
+    var modeIndex: [RunLoop.Mode: Int] = [:]
+    var commonModes: [RunLoop.Mode] = []
+    /// Items added for ``RunLoop/Mode/common``, which join modes made common later.
+    var commonSources: [RunLoopSource] = []
+    var commonObservers: [RunLoopObserver] = []
+    var commonTimers: [RunLoopTimer] = []
+    var blocks = Deque<PendingBlock>()
+    /// The modes of the runs in progress, innermost last.
+    var runningModes: [RunLoop.Mode] = []
+    var nextTimerSequence: UInt64 = 1
+    var tornDown = false
+
+    init() {
+        _ = index(of: .default)
+        commonModes = [.default]
+    }
+
+    /// The index of `mode`, creating the mode if needed.
+    mutating func index(of mode: RunLoop.Mode) -> Int {
+        if let index = modeIndex[mode] { return index }
+        modes.append(ModeState(name: mode))
+        modeIndex[mode] = modes.count - 1
+        return modes.count - 1
+    }
+
+    /// The indexes `mode` stands for: every common mode for ``RunLoop/Mode/common``.
+    mutating func indexes(for mode: RunLoop.Mode) -> [Int] {
+        mode == .common ? commonModes.map { index(of: $0) } : [index(of: mode)]
+    }
+
+    func isCommon(_ mode: RunLoop.Mode) -> Bool { commonModes.contains(mode) }
+
+    /// Whether a run in the mode at `index` has nothing to do: no sources, no timers, no pending
+    /// blocks for it. Observers do not count.
+    func isEmpty(_ index: Int) -> Bool {
+        let mode = modes[index]
+        if !mode.sources.isEmpty || mode.timerCount > 0 { return false }
+        if blocks.isEmpty { return true }
+        let common = isCommon(mode.name)
+        return !blocks.contains { $0.runs(in: mode.name, modeIsCommon: common) }
+    }
+
+    // MARK: Sources
+
+    /// Adds `source`; returns the real modes it joined.
+    mutating func add(_ source: RunLoopSource, for mode: RunLoop.Mode) -> [RunLoop.Mode] {
+        if mode == .common {
+            if commonSources.contains(where: { $0 === source }) { return [] }
+            commonSources.append(source)
+        }
+        var joined: [RunLoop.Mode] = []
+        for index in indexes(for: mode) where insert(source, into: index) { joined.append(modes[index].name) }
+        return joined
+    }
+
+    private mutating func insert(_ source: RunLoopSource, into index: Int) -> Bool {
+        if modes[index].sources.contains(where: { $0 === source }) { return false }
+        let position = modes[index].sources.firstIndex { $0.order > source.order } ?? modes[index].sources.endIndex
+        modes[index].sources.insert(source, at: position)
+        return true
+    }
+
+    /// Removes `source`; returns the real modes it left.
+    mutating func remove(_ source: RunLoopSource, for mode: RunLoop.Mode) -> [RunLoop.Mode] {
+        if mode == .common {
+            guard let position = commonSources.firstIndex(where: { $0 === source }) else { return [] }
+            commonSources.remove(at: position)
+        } else if modeIndex[mode] == nil {
+            return []
+        }
+        var left: [RunLoop.Mode] = []
+        for index in indexes(for: mode) {
+            if let position = modes[index].sources.firstIndex(where: { $0 === source }) {
+                modes[index].sources.remove(at: position)
+                left.append(modes[index].name)
+            }
+        }
+        return left
+    }
+
+    func contains(_ source: RunLoopSource, in mode: RunLoop.Mode) -> Bool {
+        if mode == .common { return commonSources.contains { $0 === source } }
+        guard let index = modeIndex[mode] else { return false }
+        return modes[index].sources.contains { $0 === source }
+    }
+
+    // MARK: Observers
+
+    mutating func add(_ observer: RunLoopObserver, for mode: RunLoop.Mode) -> Bool {
+        if mode == .common {
+            if commonObservers.contains(where: { $0 === observer }) { return false }
+            commonObservers.append(observer)
+        }
+        var added = false
+        for index in indexes(for: mode) where !modes[index].observers.contains(where: { $0 === observer }) {
+            let position =
+                modes[index].observers.firstIndex { $0.order > observer.order } ?? modes[index].observers.endIndex
+            modes[index].observers.insert(observer, at: position)
+            modes[index].observerMask |= observer.activities.rawValue
+            added = true
+        }
+        return added || mode == .common
+    }
+
+    mutating func remove(_ observer: RunLoopObserver, for mode: RunLoop.Mode) {
+        if mode == .common {
+            guard let position = commonObservers.firstIndex(where: { $0 === observer }) else { return }
+            commonObservers.remove(at: position)
+        } else if modeIndex[mode] == nil {
+            return
+        }
+        for index in indexes(for: mode) {
+            if let position = modes[index].observers.firstIndex(where: { $0 === observer }) {
+                modes[index].observers.remove(at: position)
+                modes[index].recomputeObserverMask()
+            }
+        }
+    }
+
+    func contains(_ observer: RunLoopObserver, in mode: RunLoop.Mode) -> Bool {
+        if mode == .common { return commonObservers.contains { $0 === observer } }
+        guard let index = modeIndex[mode] else { return false }
+        return modes[index].observers.contains { $0 === observer }
+    }
+
+    // MARK: Timers (the caller holds the timer's lock too, taken after this state's)
+
+    /// Schedules `timer` in the mode at `index` with the timer's current schedule; returns its
+    /// latest fire time if it joined, nil if it was there already.
+    mutating func schedule(_ timer: RunLoopTimer, _ state: inout TimerState, into index: Int) -> Int64? {
+        if state.modes.contains(index) { return nil }
+        state.modes.append(index)
+        modes[index].timerCount += 1
+        return push(timer, state, into: index)
+    }
+
+    /// Pushes a heap entry for the timer's current schedule and generation into one mode.
+    @discardableResult
+    mutating func push(_ timer: RunLoopTimer, _ state: TimerState, into index: Int) -> Int64 {
+        let latest = state.fireNs.addingSaturated(state.toleranceNs)
+        modes[index].timers.insert(
+            TimerEntry(
+                fireNs: state.fireNs,
+                latestNs: latest,
+                sequence: state.sequence,
+                generation: timer.generation.load(ordering: .relaxed),
+                timer: timer
+            )
+        )
+        modes[index].timers.compactIfNeeded(liveCount: modes[index].timerCount)
+        return latest
+    }
+
+    /// Gives the timer a new generation (making its old entries stale) and pushes fresh entries
+    /// into each of its modes; returns the earliest latest-fire time pushed.
+    mutating func repush(_ timer: RunLoopTimer, _ state: TimerState) -> Int64 {
+        timer.generation.add(1, ordering: .releasing)
+        var earliest = LoopClock.never
+        for index in state.modes { earliest = min(earliest, push(timer, state, into: index)) }
+        return earliest
+    }
+
+    /// Takes the timer out of the modes at `indexes`.
+    mutating func unschedule(_ timer: RunLoopTimer, _ state: inout TimerState, from indexes: [Int]) {
+        for index in indexes {
+            guard let position = state.modes.firstIndex(of: index) else { continue }
+            state.modes.remove(at: position)
+            modes[index].timerCount -= 1
+        }
+    }
+
+    // MARK: Common modes
+
+    /// Makes `mode` common and adds every common item to it; returns the sources that joined, for
+    /// their schedule callbacks. Timers that join are pushed with their current schedule.
+    mutating func makeCommon(_ mode: RunLoop.Mode, loop: RunLoop) -> [RunLoopSource] {
+        guard mode != .common, !commonModes.contains(mode) else { return [] }
+        commonModes.append(mode)
+        let index = index(of: mode)
+        var joined: [RunLoopSource] = []
+        for source in commonSources where insert(source, into: index) { joined.append(source) }
+        for observer in commonObservers where !modes[index].observers.contains(where: { $0 === observer }) {
+            let position =
+                modes[index].observers.firstIndex { $0.order > observer.order } ?? modes[index].observers.endIndex
+            modes[index].observers.insert(observer, at: position)
+            modes[index].observerMask |= observer.activities.rawValue
+        }
+        for timer in commonTimers {
+            timer.state.withLock { state in
+                guard state.valid, state.loop === loop else { return }
+                _ = schedule(timer, &state, into: index)
+            }
+        }
+        return joined
+    }
+}

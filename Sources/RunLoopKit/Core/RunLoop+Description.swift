@@ -1,0 +1,49 @@
+extension RunLoop {
+    /// A dump of the loop in the manner of CoreFoundation's `CFRunLoop` description: the owning
+    /// thread, whether it sleeps, the current mode, the common modes and common items, then each
+    /// mode with its sources, timers (with their next fire date) and observers (with their
+    /// activities and order).
+    public var description: String {
+        let snapshot = state.withLock { state in
+            (state.modes, state.commonModes, state.runningModes.last, state.commonSources.count,
+             state.commonTimers.count, state.commonObservers.count, state.blocks.count)
+        }
+        let (modes, commonModes, current, commonSources, commonTimers, commonObservers, blocks) = snapshot
+        let now = LoopClock.now()
+        var lines: [String] = []
+        lines.append("\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
+        lines.append("current mode = \(current?.rawValue ?? "(none)"),")
+        lines.append("common modes = { \(commonModes.map(\.rawValue).joined(separator: ", ")) },")
+        lines.append(
+            "common mode items = { \(commonSources) sources, \(commonTimers) timers, \(commonObservers) observers },"
+        )
+        lines.append("pending blocks = \(blocks),")
+        lines.append("modes = {")
+        for mode in modes {
+            lines.append("  <RunLoopMode '\(mode.name.rawValue)'> {")
+            lines.append("    sources0 = {")
+            for source in mode.sources {
+                lines.append("      order \(source.order), signalled \(source.isSignalled), valid \(source.isValid)")
+            }
+            lines.append("    },")
+            lines.append("    timers = {")
+            let live = mode.timers.entries.filter(\.isLive).sorted { TimerEntry.precedes($0, $1) }
+            for entry in live {
+                lines.append(
+                    "      next fire in \(formatNanoseconds(entry.fireNs - now)), interval \(entry.timer.interval), tolerance \(formatNanoseconds(entry.latestNs - entry.fireNs))"
+                )
+            }
+            lines.append("    },")
+            lines.append("    observers = {")
+            for observer in mode.observers {
+                lines.append(
+                    "      order \(observer.order), activities \(observer.activities), repeats \(observer.repeats)"
+                )
+            }
+            lines.append("    },")
+            lines.append("  },")
+        }
+        lines.append("}}")
+        return lines.joined(separator: "\n")
+    }
+}

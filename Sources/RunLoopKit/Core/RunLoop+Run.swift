@@ -1,0 +1,379 @@
+import CRunLoopKit
+import DequeModule
+import Glibc
+import SystemPackage
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+// The run algorithm, in one place. It follows CoreFoundation's __CFRunLoopRun (the seeds'
+// pseudo-code):
+//
+//     run(mode):
+//         mode is .common or empty            -> return .finished (no observers)
+//         doObservers(entry)
+//         repeat:
+//             doObservers(beforeTimers); doObservers(beforeSources)
+//             doBlocks()
+//             handled = doSources0(); if handled { doBlocks() }
+//             poll = handled || timeout == 0
+//             if !poll { doObservers(beforeWaiting) }
+//             wait(poll)                       // epoll_wait: eventfd, timerfd, fd sources
+//             if !poll { doObservers(afterWaiting) }
+//             doTimers(); doBlocks()
+//             exit: handled && returnAfterSourceHandled -> .handledSource
+//                   timeout passed -> .timedOut; stop() -> .stopped; mode empty -> .finished
+//         doObservers(exit)
+
+extension RunLoop {
+    /// Runs the loop once in `mode` until the timeout passes, ``stop()`` is called, the mode has
+    /// nothing left to do, or (with `returnAfterSourceHandled`) a source was handled
+    /// (`CFRunLoopRunInMode`).
+    ///
+    /// Running in ``Mode/common``, or in a mode with no sources, timers or pending blocks, returns
+    /// ``RunResult/finished`` at once without calling observers. A negative timeout counts as zero:
+    /// the loop makes one pass without sleeping. Runs nest: a callback may run the loop again, in
+    /// any mode.
+    ///
+    /// - Precondition: Called on the loop's own thread.
+    @discardableResult
+    public func run(mode: Mode = .default, for timeout: Duration, returnAfterSourceHandled: Bool = false) -> RunResult {
+        preconditionOnOwnThread("run(mode:for:returnAfterSourceHandled:)")
+        if mode == .common {
+            warnCommonRunOnce()
+            return .finished
+        }
+        guard waiter != nil else { return .finished }
+        let start = LoopClock.now()
+        let timeoutNs = timeout.saturatedNanoseconds
+        let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
+        let modeIndex: Int? = state.withLock { state in
+            guard let index = state.modeIndex[mode], !state.isEmpty(index) else { return nil }
+            state.runningModes.append(mode)
+            return index
+        }
+        guard let modeIndex else { return .finished }
+
+        var context = beginRun(mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
+                               returnAfterSourceHandled: returnAfterSourceHandled)
+        doObservers(.entry, &context)
+        let result = runPasses(&context)
+        doObservers(.exit, &context)
+        endRun(&context)
+        return result
+    }
+
+    /// Runs in ``Mode/default`` until ``stop()`` is called or the mode has nothing left to do
+    /// (`CFRunLoopRun`).
+    ///
+    /// - Precondition: Called on the loop's own thread.
+    public func run() {
+        while true {
+            let result = run(mode: .default, for: .seconds(1e10))
+            if result == .stopped || result == .finished { return }
+        }
+    }
+
+    /// Runs in ``Mode/default`` until `deadline` (NSRunLoop's `runUntilDate:`): repeats
+    /// ``run(mode:before:)``, so ``stop()`` ends only the current pass, not the whole call; it returns
+    /// early only when the mode has nothing to do.
+    ///
+    /// - Precondition: Called on the loop's own thread.
+    public func run(until deadline: Date) {
+        repeat {
+            if !run(mode: .default, before: deadline) { break }
+        } while deadline.timeIntervalSinceNow > 0
+    }
+
+    /// Runs once in `mode` until `deadline` or until a source is handled (NSRunLoop's
+    /// `runMode:beforeDate:`). Returns false without running if the mode has nothing to do (or is
+    /// ``Mode/common``), true otherwise.
+    ///
+    /// - Precondition: Called on the loop's own thread.
+    @discardableResult
+    public func run(mode: Mode, before deadline: Date) -> Bool {
+        preconditionOnOwnThread("run(mode:before:)")
+        if mode == .common {
+            warnCommonRunOnce()
+            return false
+        }
+        let empty = state.withLock { state in state.modeIndex[mode].map { state.isEmpty($0) } ?? true }
+        if empty { return false }
+        run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
+        return true
+    }
+
+    /// Runs once in `mode` until `deadline` or until a source is handled (NSRunLoop's
+    /// `acceptInputForMode:beforeDate:`).
+    ///
+    /// - Precondition: Called on the loop's own thread.
+    public func acceptInput(mode: Mode, before deadline: Date) {
+        preconditionOnOwnThread("acceptInput(mode:before:)")
+        run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
+    }
+
+    // MARK: The passes
+
+    private func runPasses(_ context: inout RunContext) -> RunResult {
+        if consumeStop(context) { return .stopped }
+        while true {
+            doObservers(.beforeTimers, &context)
+            doObservers(.beforeSources, &context)
+            doBlocks(&context)
+            let sourceHandled = doSources0(&context)
+            if sourceHandled { doBlocks(&context) }
+
+            let poll = sourceHandled || context.pollOnly
+            if !poll { doObservers(.beforeWaiting, &context) }
+            wait(&context, poll: poll)
+            if !poll { doObservers(.afterWaiting, &context) }
+
+            doTimers(&context)
+            doBlocks(&context)
+
+            if sourceHandled && context.returnAfterSourceHandled { return .handledSource }
+            if context.deadline != LoopClock.never, LoopClock.now() >= context.deadline { return .timedOut }
+            if consumeStop(context) { return .stopped }
+            if state.withLock({ $0.isEmpty(context.modeIndex) }) { return .finished }
+        }
+    }
+
+    // MARK: Phases
+
+    /// Calls the mode's observers for `activity`, in order, skipping any that are already running
+    /// (an observer is never re-entered by a nested run).
+    private func doObservers(_ activity: Activity, _ context: inout RunContext) {
+        let observers: ContiguousArray<RunLoopObserver>? = state.withLock { state in
+            let mode = state.modes[context.modeIndex]
+            return mode.observerMask & activity.rawValue != 0 ? mode.observers : nil
+        }
+        guard let observers else { return }
+        for observer in observers where observer.activities.contains(activity) {
+            guard observer.isValid, !observer.firing.exchange(true, ordering: .acquiring) else { continue }
+            observer.handler(observer, activity)
+            observer.firing.store(false, ordering: .releasing)
+            if !observer.repeats { observer.invalidate() }
+        }
+    }
+
+    /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
+    /// the next pass; blocks for other modes stay queued, in order.
+    private func doBlocks(_ context: inout RunContext) {
+        let modeIsCommon: Bool? = state.withLock { state in
+            guard !state.blocks.isEmpty else { return nil }
+            swap(&state.blocks, &context.scratch.blocks)
+            return state.isCommon(context.mode)
+        }
+        guard let modeIsCommon else { return }
+        while let block = context.scratch.blocks.popFirst() {
+            if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
+                block.body()
+            } else {
+                context.scratch.otherModes.append(block)
+            }
+        }
+        if !context.scratch.otherModes.isEmpty {
+            state.withLock { state in state.blocks.prepend(contentsOf: context.scratch.otherModes) }
+            context.scratch.otherModes.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Performs the signalled version-0 sources of the mode in order; returns whether any was
+    /// performed. With `returnAfterSourceHandled`, stops after the first.
+    private func doSources0(_ context: inout RunContext) -> Bool {
+        let sources = state.withLock { $0.modes[context.modeIndex].sources }
+        var handled = false
+        for source in sources {
+            if source.signalled.load(ordering: .relaxed), source.signalled.exchange(false, ordering: .acquiring),
+                source.isValid
+            {
+                source.performCallout()
+                handled = true
+                if context.returnAfterSourceHandled { break }
+            }
+        }
+        return handled
+    }
+
+    /// Fires the mode's due timers in order of fire date (then insertion). A repeating timer is
+    /// rescheduled to the first point of its schedule after now, unless its handler set a fire
+    /// date; a one-shot timer is invalidated.
+    private func doTimers(_ context: inout RunContext) {
+        let now = LoopClock.now()
+        state.withLock { state in
+            while let entry = state.modes[context.modeIndex].timers.popDue(now: now) {
+                context.scratch.dueTimers.append(entry)
+            }
+        }
+        guard !context.scratch.dueTimers.isEmpty else { return }
+        for entry in context.scratch.dueTimers {
+            let timer = entry.timer
+            // An earlier handler of this pass may have invalidated or moved it.
+            guard entry.isLive else { continue }
+            if timer.firing.exchange(true, ordering: .acquiring) {
+                // It is firing in an outer run: keep its entry for later.
+                state.withLock { state in state.modes[context.modeIndex].timers.insert(entry) }
+                continue
+            }
+            timer.handler(timer)
+            timer.firing.store(false, ordering: .releasing)
+            if timer.intervalNs == 0 {
+                timer.invalidate()
+            } else {
+                rescheduleAfterFire(entry)
+            }
+        }
+        context.scratch.dueTimers.removeAll(keepingCapacity: true)
+    }
+
+    /// Moves a repeating timer to the first point of its schedule after now, keeping its phase
+    /// (`fire + k·interval`), unless its handler changed its schedule or invalidated it.
+    private func rescheduleAfterFire(_ entry: TimerEntry) {
+        let timer = entry.timer
+        state.withLock { state in
+            timer.state.withLock { timerState in
+                guard timerState.valid, timerState.loop === self,
+                    timer.generation.load(ordering: .relaxed) == entry.generation
+                else { return }
+                let now = LoopClock.now()
+                var next = entry.fireNs.addingSaturated(timer.intervalNs)
+                if next <= now {
+                    let missed = (now - entry.fireNs) / timer.intervalNs
+                    next = entry.fireNs.addingSaturated((missed + 1).multipliedReportingOverflow(by: timer.intervalNs).partialValue)
+                }
+                timerState.fireNs = next
+                _ = state.repush(timer, timerState)
+            }
+        }
+    }
+
+    /// Sleeps in the kernel until a wakeup, the mode's next timer (within its tolerance) or the
+    /// run's deadline; with `poll`, only collects what is ready. The timerfd is re-armed only when
+    /// the deadline changes.
+    private func wait(_ context: inout RunContext, poll: Bool) {
+        guard let waiter else { return }
+        var timeoutMs: Int32 = 0
+        if !poll {
+            sleeping.store(true, ordering: .sequentiallyConsistent)
+            if !wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
+                let timerDeadline = state.withLock { $0.modes[context.modeIndex].timers.coalescedDeadline() }
+                let deadline = min(timerDeadline, context.deadline)
+                if deadline > LoopClock.now() {
+                    if deadline != confined.armedNs { arm(waiter, deadline) }
+                    timeoutMs = -1
+                }
+            }
+        }
+        let count: Int32
+        do {
+            count = try Syscall.epollWait(waiter.epollFD, confined.events, capacity: confined.eventCapacity,
+                                          timeoutMs: timeoutMs)
+        } catch {
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            Diagnostics.error("epoll_wait on \(shortDescription) failed: \(error)")
+            return
+        }
+        if !poll { sleeping.store(false, ordering: .sequentiallyConsistent) }
+        for slot in 0..<Int(count) {
+            switch confined.events[slot].data.u64 {
+            case KernelWaiter.wakeTag:
+                try? Syscall.drainCounter(waiter.wakeFD)
+                wakeRequested.store(false, ordering: .sequentiallyConsistent)
+            case KernelWaiter.timerTag:
+                try? Syscall.drainCounter(waiter.timerFD)
+                confined.armedNs = LoopClock.never
+                armedDeadline.store(LoopClock.never, ordering: .releasing)
+            default:
+                break
+            }
+        }
+    }
+
+    private func arm(_ waiter: KernelWaiter, _ deadline: Int64) {
+        do {
+            try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
+            confined.armedNs = deadline
+            armedDeadline.store(deadline, ordering: .releasing)
+        } catch {
+            Diagnostics.error("timerfd_settime on \(shortDescription) failed: \(error)")
+        }
+    }
+
+    // MARK: Run bookkeeping
+
+    private func beginRun(mode: Mode, modeIndex: Int, deadline: Int64, pollOnly: Bool,
+                          returnAfterSourceHandled: Bool) -> RunContext {
+        confined.nextRunID += 1
+        let id = confined.nextRunID
+        let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
+        let scratch = confined.spareScratch.popLast() ?? RunScratch()
+        return RunContext(id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
+                          pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch)
+    }
+
+    private func endRun(_ context: inout RunContext) {
+        innermostRun.store(context.outerID, ordering: .releasing)
+        _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
+        state.withLock { _ = $0.runningModes.popLast() }
+        confined.spareScratch.append(context.scratch)
+        context.scratch = RunScratch()
+    }
+
+    @inline(__always)
+    private func consumeStop(_ context: RunContext) -> Bool {
+        stopRequest.load(ordering: .relaxed) == context.id
+            && stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .acquiring).exchanged
+    }
+
+    private func warnCommonRunOnce() {
+        guard !confined.warnedCommonRun else { return }
+        confined.warnedCommonRun = true
+        Diagnostics.warning(
+            "\(shortDescription) was asked to run in .common, which is a placeholder for the common modes, not a mode; the run returns .finished"
+        )
+    }
+}
+
+/// What one run (one call of `run(mode:for:…)`) carries through its passes.
+struct RunContext {
+    let id: UInt64
+    let outerID: UInt64
+    let mode: RunLoop.Mode
+    let modeIndex: Int
+    let deadline: Int64
+    let pollOnly: Bool
+    let returnAfterSourceHandled: Bool
+    var scratch: RunScratch
+}
+
+/// Buffers a run reuses from pass to pass so that a steady-state pass allocates nothing. Each
+/// nesting level has its own (kept in `LoopThreadState.spareScratch` between runs).
+struct RunScratch {
+    var blocks = Deque<PendingBlock>()
+    var otherModes = Deque<PendingBlock>()
+    var dueTimers = ContiguousArray<TimerEntry>()
+}
+
+/// State only the loop's own thread reads or writes.
+///
+/// `@unchecked Sendable` is safe because every access happens on the loop's thread: the only
+/// callers are the run entry points (`run(mode:for:…)` and the phases it calls), each of which
+/// starts with `preconditionOnOwnThread`, and `RunLoop.deinit`, when no other reference exists.
+final class LoopThreadState: @unchecked Sendable {
+    var nextRunID: UInt64 = 0
+    var armedNs = LoopClock.never
+    var warnedCommonRun = false
+    var spareScratch: [RunScratch] = []
+    let eventCapacity: Int32 = 64
+    let events: UnsafeMutablePointer<epoll_event>
+
+    init() {
+        events = .allocate(capacity: Int(eventCapacity))
+        events.initialize(repeating: epoll_event(), count: Int(eventCapacity))
+    }
+
+    deinit { events.deallocate() }
+}

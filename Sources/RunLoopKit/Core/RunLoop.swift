@@ -1,0 +1,457 @@
+import CRunLoopKit
+import Glibc
+import Logging
+import Synchronization
+
+/// A thread's event loop, with CoreFoundation's semantics (CFRunLoop / NSRunLoop), for Linux.
+///
+/// Every thread has at most one loop, created the first time the thread asks for
+/// ``current``; ``main`` is the main thread's and can be reached from any thread. A loop runs only
+/// on its own thread, in one mode at a time, and sleeps in the kernel (`epoll_wait`) until one of
+/// the mode's timers is due, a source fires, a block is performed, or another thread calls
+/// ``wakeUp()``. Items (sources, timers, observers) and blocks can be added from any thread.
+///
+/// ```swift
+/// let loop = RunLoop.current
+/// let timer = RunLoopTimer(after: .milliseconds(10), repeating: .milliseconds(10)) { _ in print("tick") }
+/// loop.add(timer, forMode: .common)
+/// loop.run(mode: .default, for: .seconds(1))
+/// ```
+///
+/// When the thread exits, its loop is torn down: its items are removed (sources get their cancel
+/// callbacks) and its kernel descriptors are closed.
+public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
+    /// Items, modes and blocks: everything other threads may change.
+    let state = Mutex(LoopState())
+    /// The kernel side; nil only if the loop's descriptors could not be opened.
+    let waiter: KernelWaiter?
+    /// State only the loop's own thread touches.
+    let confined = LoopThreadState()
+
+    /// The owning thread's kernel id and name, for messages.
+    let ownerTID: Int32
+    let ownerName: String
+    let isMainLoop: Bool
+
+    /// Set while the loop sleeps (or is about to); wakers write the eventfd only then.
+    let sleeping = Atomic<Bool>(false)
+    /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
+    let wakeRequested = Atomic<Bool>(false)
+    /// The deadline the timerfd is armed for (`LoopClock.never` when disarmed), so that a thread
+    /// scheduling an earlier timer knows to wake the loop to re-arm it.
+    let armedDeadline = Atomic<Int64>(LoopClock.never)
+    /// The id of the innermost run in progress, 0 when not running.
+    let innermostRun = Atomic<UInt64>(0)
+    /// The id of the run ``stop()`` asked to end.
+    let stopRequest = Atomic<UInt64>(0)
+
+    private init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
+        self.ownerTID = ownerTID
+        self.ownerName = ownerName
+        self.isMainLoop = isMainLoop
+        do {
+            self.waiter = try KernelWaiter()
+        } catch {
+            self.waiter = nil
+            Diagnostics.error(
+                "cannot open the kernel descriptors of the run loop of thread '\(ownerName)' (tid \(ownerTID)): \(error); its runs return .finished at once"
+            )
+        }
+    }
+
+    // MARK: Loops and threads
+
+    /// The calling thread's loop, created on first use.
+    public static var current: RunLoop {
+        if let raw = pthread_getspecific(ThreadLoops.key) {
+            return Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
+        }
+        let loop =
+            crlk_is_main_thread()
+            ? main : RunLoop(ownerTID: crlk_gettid(), ownerName: ThreadLoops.currentName(), isMainLoop: false)
+        pthread_setspecific(ThreadLoops.key, Unmanaged.passRetained(loop).toOpaque())
+        return loop
+    }
+
+    /// The main thread's loop, reachable from any thread (it runs only on the main thread).
+    public static let main = RunLoop(ownerTID: getpid(), ownerName: "main", isMainLoop: true)
+
+    /// Whether the calling thread is the loop's own thread.
+    public var isCurrent: Bool {
+        if let raw = pthread_getspecific(ThreadLoops.key) {
+            return raw == Unmanaged.passUnretained(self).toOpaque()
+        }
+        return isMainLoop && crlk_is_main_thread()
+    }
+
+    /// Stops the process with a message naming the loop and both threads unless the caller is on
+    /// the loop's own thread.
+    @inline(__always)
+    func preconditionOnOwnThread(_ function: StaticString) {
+        guard !isCurrent else { return }
+        preconditionFailure(
+            "RunLoop.\(function) called on thread '\(ThreadLoops.currentName())' (tid \(crlk_gettid())), but \(shortDescription) belongs to thread '\(ownerName)' (tid \(ownerTID)); a loop runs only on its own thread"
+        )
+    }
+
+    /// Called by the thread-exit hook: removes every item and closes the kernel descriptors.
+    func tearDown() {
+        let (sources, timers, observers) = state.withLock { state in
+            state.tornDown = true
+            var sources: [(RunLoopSource, RunLoop.Mode)] = []
+            var timers: [RunLoopTimer] = []
+            var observers: [RunLoopObserver] = []
+            for mode in state.modes {
+                for source in mode.sources { sources.append((source, mode.name)) }
+                for entry in mode.timers.entries where entry.isLive { timers.append(entry.timer) }
+                observers.append(contentsOf: mode.observers)
+            }
+            for index in state.modes.indices {
+                state.modes[index].sources.removeAll()
+                state.modes[index].observers.removeAll()
+                state.modes[index].observerMask = 0
+                state.modes[index].timers.removeAll()
+                state.modes[index].timerCount = 0
+            }
+            state.commonSources.removeAll()
+            state.commonObservers.removeAll()
+            state.commonTimers.removeAll()
+            state.blocks.removeAll()
+            return (sources, timers, observers)
+        }
+        for timer in timers {
+            timer.state.withLock { timer in
+                if timer.loop === self || timer.loop == nil {
+                    timer.loop = nil
+                    timer.modes.removeAll()
+                    timer.inCommonModes = false
+                }
+            }
+        }
+        for observer in observers { observer.registrations.withLock { $0.removeAll { $0.loop === self } } }
+        for (source, mode) in sources {
+            source.registrations.withLock { $0.removeAll { $0.loop === self } }
+            source.cancelCallout?(self, mode)
+        }
+        waiter?.close()
+    }
+
+    // MARK: Modes
+
+    /// The mode of the innermost run in progress; nil when the loop is not running.
+    public var currentMode: Mode? { state.withLock { $0.runningModes.last } }
+
+    /// Every mode the loop has made (modes are made on first use and never removed).
+    public var allModes: Set<Mode> { state.withLock { Set($0.modes.map(\.name)) } }
+
+    /// The modes ``Mode/common`` stands for; starts as `[.default]`.
+    public var commonModes: Set<Mode> { state.withLock { Set($0.commonModes) } }
+
+    /// Makes `mode` common: every item added for ``Mode/common``, now and later, is in it too.
+    /// Adding ``Mode/common`` itself, or a mode already common, does nothing.
+    public func addCommonMode(_ mode: Mode) {
+        let joined = state.withLock { $0.makeCommon(mode, loop: self) }
+        for source in joined { source.scheduleCallout?(self, mode) }
+        wakeUpIfTimersMoved(LoopClock.now())
+    }
+
+    // MARK: Sources
+
+    /// Adds a version-0 source to `mode` (``Mode/common``: every common mode). Adding an
+    /// invalidated source, or one already there, does nothing.
+    ///
+    /// - Complexity: O(n) in the sources of the mode.
+    public func add(_ source: RunLoopSource, forMode mode: Mode) {
+        guard source.isValid else { return }
+        let joined: [Mode] = state.withLock { state in
+            guard !state.tornDown else { return [] }
+            let joined = state.add(source, for: mode)
+            let stillValid = source.registrations.withLock { places in
+                // Checked under the registration lock, which invalidate() takes after clearing
+                // `valid`: either it sees this registration, or this sees `valid == false`.
+                guard source.isValid else { return false }
+                if !places.contains(where: { $0.loop === self && $0.mode == mode }) {
+                    places.append(ItemRegistration(loop: self, mode: mode))
+                }
+                return true
+            }
+            if !stillValid {
+                _ = state.remove(source, for: mode)
+                return []
+            }
+            return joined
+        }
+        for joinedMode in joined { source.scheduleCallout?(self, joinedMode) }
+    }
+
+    /// Removes a source from `mode` (``Mode/common``: from every common mode and from the common
+    /// items); its cancel callback runs once per mode it leaves.
+    public func remove(_ source: RunLoopSource, forMode mode: Mode) {
+        let left = state.withLock { $0.remove(source, for: mode) }
+        if mode == .common || left.contains(mode) {
+            source.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+        }
+        for leftMode in left { source.cancelCallout?(self, leftMode) }
+    }
+
+    /// Whether `source` is in `mode` (for ``Mode/common``: whether it was added for the common
+    /// modes).
+    public func contains(_ source: RunLoopSource, inMode mode: Mode) -> Bool {
+        state.withLock { $0.contains(source, in: mode) }
+    }
+
+    // MARK: Observers
+
+    /// Adds an observer to `mode`. An observer belongs to one loop: adding it to a second loop
+    /// (or adding an invalidated one) does nothing.
+    public func add(_ observer: RunLoopObserver, forMode mode: Mode) {
+        guard observer.isValid else { return }
+        state.withLock { state in
+            guard !state.tornDown else { return }
+            let accepted = observer.registrations.withLock { places -> Bool in
+                guard observer.isValid else { return false }
+                if places.contains(where: { $0.loop !== self }) { return false }
+                if !places.contains(where: { $0.mode == mode }) {
+                    places.append(ItemRegistration(loop: self, mode: mode))
+                }
+                return true
+            }
+            if accepted {
+                _ = state.add(observer, for: mode)
+            } else if observer.isValid {
+                Diagnostics.warning("\(observer) already belongs to another run loop; not added to \(shortDescription)")
+            }
+        }
+    }
+
+    /// Removes an observer from `mode`.
+    public func remove(_ observer: RunLoopObserver, forMode mode: Mode) {
+        state.withLock { $0.remove(observer, for: mode) }
+        observer.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+    }
+
+    /// Whether `observer` is in `mode`.
+    public func contains(_ observer: RunLoopObserver, inMode mode: Mode) -> Bool {
+        state.withLock { $0.contains(observer, in: mode) }
+    }
+
+    // MARK: Timers
+
+    /// Schedules a timer in `mode`. A timer belongs to one loop: adding it to a second loop (or
+    /// adding an invalidated one) does nothing.
+    ///
+    /// - Complexity: O(log n) in the timers of the mode.
+    public func add(_ timer: RunLoopTimer, forMode mode: Mode) {
+        var foreign = false
+        let earliest: Int64? = state.withLock { state in
+            guard !state.tornDown else { return nil }
+            return timer.state.withLock { timerState -> Int64? in
+                guard timerState.valid else { return nil }
+                if let owner = timerState.loop, owner !== self {
+                    foreign = true
+                    return nil
+                }
+                if timerState.loop == nil {
+                    timerState.loop = self
+                    timerState.modes.removeAll()
+                    if timerState.sequence == 0 {
+                        timerState.sequence = state.nextTimerSequence
+                        state.nextTimerSequence += 1
+                    }
+                }
+                var earliest: Int64? = nil
+                if mode == .common {
+                    if !timerState.inCommonModes {
+                        timerState.inCommonModes = true
+                        state.commonTimers.append(timer)
+                    }
+                    for index in state.indexes(for: .common) {
+                        if let latest = state.schedule(timer, &timerState, into: index) {
+                            earliest = min(earliest ?? latest, latest)
+                        }
+                    }
+                } else {
+                    earliest = state.schedule(timer, &timerState, into: state.index(of: mode))
+                }
+                if timerState.modes.isEmpty && !timerState.inCommonModes { timerState.loop = nil }
+                return earliest
+            }
+        }
+        if foreign { Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)") }
+        if let earliest, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
+    }
+
+    /// Removes a timer from `mode` (it stays valid and can be added again).
+    public func remove(_ timer: RunLoopTimer, forMode mode: Mode) {
+        state.withLock { state in
+            timer.state.withLock { timerState in
+                guard timerState.loop === self else { return }
+                var indexes: [Int] = []
+                if mode == .common {
+                    guard timerState.inCommonModes else { return }
+                    timerState.inCommonModes = false
+                    state.commonTimers.removeAll { $0 === timer }
+                    indexes = state.commonModes.compactMap { state.modeIndex[$0] }
+                } else if let index = state.modeIndex[mode] {
+                    indexes = [index]
+                }
+                state.unschedule(timer, &timerState, from: indexes)
+                _ = state.repush(timer, timerState)
+                if timerState.modes.isEmpty && !timerState.inCommonModes { timerState.loop = nil }
+            }
+        }
+    }
+
+    /// Whether `timer` is in `mode` (for ``Mode/common``: whether it was added for the common
+    /// modes).
+    public func contains(_ timer: RunLoopTimer, inMode mode: Mode) -> Bool {
+        state.withLock { state in
+            timer.state.withLock { timerState in
+                guard timerState.loop === self else { return false }
+                if mode == .common { return timerState.inCommonModes }
+                guard let index = state.modeIndex[mode] else { return false }
+                return timerState.modes.contains(index)
+            }
+        }
+    }
+
+    /// The earliest fire date of the valid timers in `mode`; nil if it has none (or for
+    /// ``Mode/common``).
+    public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
+        state.withLock { state in
+            guard mode != .common, let index = state.modeIndex[mode] else { return nil }
+            return state.modes[index].timers.peekLive().map { LoopClock.instant($0.fireNs) }
+        }
+    }
+
+    /// Takes an invalidated timer out of every mode.
+    func detach(_ timer: RunLoopTimer) {
+        state.withLock { state in
+            timer.state.withLock { timerState in
+                guard timerState.loop === self else { return }
+                state.unschedule(timer, &timerState, from: timerState.modes)
+                if timerState.inCommonModes {
+                    timerState.inCommonModes = false
+                    state.commonTimers.removeAll { $0 === timer }
+                }
+                timerState.loop = nil
+            }
+        }
+    }
+
+    /// Moves a scheduled timer; returns false if it is no longer on this loop (the caller retries).
+    func reschedule(_ timer: RunLoopTimer, fireNs: Int64?, toleranceNs: Int64?) -> Bool {
+        var earliest = LoopClock.never
+        let done = state.withLock { state in
+            timer.state.withLock { timerState -> Bool in
+                guard timerState.loop === self else { return false }
+                if let fireNs { timerState.fireNs = fireNs }
+                if let toleranceNs { timerState.toleranceNs = toleranceNs }
+                if timerState.valid { earliest = state.repush(timer, timerState) }
+                return true
+            }
+        }
+        if done, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
+        return done
+    }
+
+    /// Wakes the loop if some timer may now be due before the armed deadline (after common-mode
+    /// changes moved timers into a mode).
+    private func wakeUpIfTimersMoved(_ now: Int64) {
+        if armedDeadline.load(ordering: .acquiring) != LoopClock.never { requestWakeUp() }
+    }
+
+    // MARK: Blocks
+
+    /// Queues `block` to run on the loop's thread, the next time the loop runs in one of `modes`
+    /// (``Mode/common`` matches every common mode), and wakes the loop.
+    ///
+    /// Blocks run first in, first out; a block queued while blocks run waits for the next pass.
+    /// Unlike `CFRunLoopPerformBlock`, this wakes a sleeping loop. An empty `modes` does nothing.
+    ///
+    /// - Complexity: O(1) amortized.
+    public func perform(inModes modes: [Mode] = [.default], _ block: @escaping @Sendable () -> Void) {
+        guard let first = modes.first else { return }
+        let pending = PendingBlock(modes: modes.count == 1 ? .one(first) : .many(modes), body: block)
+        let accepted = state.withLock { state -> Bool in
+            guard !state.tornDown else { return false }
+            state.blocks.append(pending)
+            return true
+        }
+        if accepted {
+            requestWakeUp()
+        } else {
+            Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+        }
+    }
+
+    // MARK: Waking and stopping
+
+    /// Wakes the loop if it sleeps; if it does not, its next sleep returns at once. Safe from any
+    /// thread. A wakeup with nothing to do is not a handled source: the run goes on.
+    public func wakeUp() { requestWakeUp() }
+
+    /// Whether the loop is sleeping in the kernel right now (or about to).
+    public var isWaiting: Bool { sleeping.load(ordering: .acquiring) }
+
+    /// Ends the innermost run in progress with ``RunResult/stopped``. Safe from any thread. A stop
+    /// while the loop is not running is dropped, as in CoreFoundation.
+    public func stop() {
+        let run = innermostRun.load(ordering: .acquiring)
+        guard run != 0 else { return }
+        stopRequest.store(run, ordering: .releasing)
+        requestWakeUp()
+    }
+
+    /// The coalesced wakeup: flags the request, and writes the eventfd only if the loop sleeps and
+    /// no other waker got there first.
+    @inline(__always)
+    func requestWakeUp() {
+        if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }
+        if sleeping.load(ordering: .sequentiallyConsistent) { waiter?.signal() }
+    }
+
+    // MARK: Identity
+
+    /// Loops are equal only to themselves.
+    public static func == (lhs: RunLoop, rhs: RunLoop) -> Bool { lhs === rhs }
+
+    /// Hashes the loop's identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    var shortDescription: String { "<RunLoop \(objectAddress(self)) thread '\(ownerName)' tid \(ownerTID)>" }
+}
+
+/// The thread-local slot that maps a thread to its loop, and the thread-exit hook.
+enum ThreadLoops {
+    /// The key; its destructor runs when a thread with a loop exits and tears the loop down.
+    static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let status = pthread_key_create(&key) { raw in
+            guard let raw else { return }
+            let loop = Unmanaged<RunLoop>.fromOpaque(raw).takeRetainedValue()
+            if !loop.isMainLoop { loop.tearDown() }
+        }
+        precondition(status == 0, "RunLoopKit: pthread_key_create failed (\(status))")
+        return key
+    }()
+
+    /// The calling thread's name, or `tid N` when it has none.
+    static func currentName() -> String {
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard crlk_get_thread_name(&buffer, buffer.count) == 0 else { return "tid \(crlk_gettid())" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "tid \(crlk_gettid())" : name
+    }
+}
+
+/// Log messages of the library, through swift-log (`Logger(label: "RunLoopKit")`).
+enum Diagnostics {
+    static func warning(_ message: @autoclosure () -> String) {
+        Logger(label: "RunLoopKit").warning("\(message())")
+    }
+
+    static func error(_ message: @autoclosure () -> String) {
+        Logger(label: "RunLoopKit").error("\(message())")
+    }
+}

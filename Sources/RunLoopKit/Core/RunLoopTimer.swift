@@ -1,0 +1,162 @@
+import Synchronization
+
+/// A timer that fires on a run loop's thread (CoreFoundation's CFRunLoopTimer / NSTimer).
+///
+/// A timer fires only while its loop runs in one of the timer's modes. A repeating timer keeps its
+/// phase: after a late fire its next fire date is the first point of its schedule
+/// (`fireDate + k·interval`) after now, so missed points are skipped, not bunched. A fire date set
+/// inside the handler is kept. A one-shot timer is invalidated after its handler returns.
+///
+/// Unlike CoreFoundation on Linux, ``tolerance`` is honoured: the timer may fire anywhere in
+/// `[fireDate, fireDate + tolerance]`, and the loop uses that room to serve several timers with
+/// one wakeup.
+///
+/// A timer belongs to at most one loop (any number of its modes); adding it to a second loop
+/// does nothing.
+public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
+    /// The repeat interval; `.zero` for a one-shot timer.
+    public let interval: Duration
+    /// The order among timers due at the same moment in CoreFoundation; kept for API parity
+    /// (RunLoopKit fires equal fire dates in insertion order).
+    public let order: Int
+
+    let intervalNs: Int64
+    let handler: @Sendable (RunLoopTimer) -> Void
+    /// Bumped (under `state`'s lock) on every change of schedule, membership or validity: a heap
+    /// entry whose generation differs is stale. Read without the lock.
+    let generation = Atomic<UInt64>(1)
+    let firing = Atomic<Bool>(false)
+    let state: Mutex<TimerState>
+
+    /// Creates a timer that first fires at `fireAt`.
+    ///
+    /// - Parameters:
+    ///   - fireAt: The first fire date.
+    ///   - interval: The repeat interval; `.zero` (or a negative value) for a one-shot timer.
+    ///   - tolerance: How late the timer may fire to share a wakeup; negative values count as zero.
+    ///   - order: Kept for parity with CoreFoundation.
+    ///   - handler: Called on the loop's thread with the timer.
+    public init(
+        fireAt: ContinuousClock.Instant,
+        interval: Duration = .zero,
+        tolerance: Duration = .zero,
+        order: Int = 0,
+        handler: @escaping @Sendable (RunLoopTimer) -> Void
+    ) {
+        let intervalNs = max(0, interval.saturatedNanoseconds)
+        self.intervalNs = intervalNs
+        self.interval = .nanoseconds(intervalNs)
+        self.order = order
+        self.handler = handler
+        self.state = Mutex(
+            TimerState(
+                fireNs: LoopClock.nanoseconds(fireAt),
+                toleranceNs: max(0, tolerance.saturatedNanoseconds)
+            )
+        )
+    }
+
+    /// Creates a timer that first fires `after` from now and then, if `repeating` is given,
+    /// every `repeating`.
+    public convenience init(
+        after delay: Duration,
+        repeating: Duration? = nil,
+        tolerance: Duration = .zero,
+        handler: @escaping @Sendable (RunLoopTimer) -> Void
+    ) {
+        let fireAt = LoopClock.instant(LoopClock.deadline(after: delay, from: LoopClock.now()))
+        self.init(fireAt: fireAt, interval: repeating ?? .zero, tolerance: tolerance, handler: handler)
+    }
+
+    /// The next fire date. Setting it reschedules the timer, from any thread, and wakes the loop
+    /// when the timer becomes its earliest.
+    public var fireDate: ContinuousClock.Instant {
+        get { LoopClock.instant(state.withLock { $0.fireNs }) }
+        set { reschedule(fireNs: LoopClock.nanoseconds(newValue), toleranceNs: nil) }
+    }
+
+    /// How late the timer may fire; negative values count as zero.
+    public var tolerance: Duration {
+        get { .nanoseconds(state.withLock { $0.toleranceNs }) }
+        set { reschedule(fireNs: nil, toleranceNs: max(0, newValue.saturatedNanoseconds)) }
+    }
+
+    /// Whether the timer is still usable; false after ``invalidate()`` or after a one-shot timer
+    /// fired.
+    public var isValid: Bool { state.withLock { $0.valid } }
+
+    /// Removes the timer from its loop and stops it for good. Safe from any thread and from inside
+    /// any callback, its own included.
+    public func invalidate() {
+        let loop: RunLoop? = state.withLock { timer in
+            guard timer.valid else { return nil }
+            timer.valid = false
+            generation.add(1, ordering: .releasing)
+            return timer.loop
+        }
+        loop?.detach(self)
+    }
+
+    private func reschedule(fireNs: Int64?, toleranceNs: Int64?) {
+        while true {
+            // An unscheduled timer is updated under its own lock; a scheduled one under its loop's,
+            // which also moves its heap entries. Retry if it was scheduled in between.
+            let loop: RunLoop? = state.withLock { timer in
+                if let loop = timer.loop { return loop }
+                if let fireNs { timer.fireNs = fireNs }
+                if let toleranceNs { timer.toleranceNs = toleranceNs }
+                return nil
+            }
+            guard let loop else { return }
+            if loop.reschedule(self, fireNs: fireNs, toleranceNs: toleranceNs) { return }
+        }
+    }
+
+    /// A short identity with the next fire date and interval.
+    public var description: String {
+        let (fireNs, valid) = state.withLock { ($0.fireNs, $0.valid) }
+        let inNs = fireNs.subtractingSaturated(LoopClock.now())
+        return "<RunLoopTimer \(objectAddress(self)) fires in \(formatNanoseconds(inNs)) interval \(interval) valid: \(valid)>"
+    }
+
+    /// Timers are equal only to themselves.
+    public static func == (lhs: RunLoopTimer, rhs: RunLoopTimer) -> Bool { lhs === rhs }
+
+    /// Hashes the timer's identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// A timer's mutable state, under the timer's lock. When the timer is scheduled, changes are also
+/// made under its loop's lock (taken first), so the loop's heaps and this state agree.
+struct TimerState: Sendable {
+    var fireNs: Int64
+    var toleranceNs: Int64
+    var valid = true
+    weak var loop: RunLoop?
+    /// Indexes (into the loop's mode table) of the modes the timer is in.
+    var modes: [Int] = []
+    /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
+    var inCommonModes = false
+    /// Insertion number in its loop: equal fire dates fire in this order.
+    var sequence: UInt64 = 0
+}
+
+/// `1.5ms`, `-20µs`, `3.000s`: a nanosecond count for people.
+func formatNanoseconds(_ ns: Int64) -> String {
+    let magnitude = ns.magnitude
+    if magnitude >= 1_000_000_000 * 1_000_000 { return ns > 0 ? "never" : "long ago" }
+    if magnitude >= 1_000_000_000 { return String(format3(Double(ns) / 1e9)) + "s" }
+    if magnitude >= 1_000_000 { return String(format3(Double(ns) / 1e6)) + "ms" }
+    if magnitude >= 1_000 { return String(format3(Double(ns) / 1e3)) + "µs" }
+    return "\(ns)ns"
+}
+
+/// A number with three decimals, without Foundation.
+func format3(_ value: Double) -> String {
+    let scaled = (value * 1000).rounded()
+    let sign = scaled < 0 ? "-" : ""
+    let whole = Int(abs(scaled)) / 1000
+    let fraction = Int(abs(scaled)) % 1000
+    let padded = String(fraction)
+    return "\(sign)\(whole)." + String(repeating: "0", count: 3 - padded.count) + padded
+}
