@@ -5,13 +5,16 @@ extension RunLoop {
     /// activities and order).
     public var description: String {
         let snapshot = state.withLock { state in
-            (state.modes, state.commonModes, state.runningModes.last, state.commonSources.count,
-             state.commonTimers.count, state.commonObservers.count, state.blocks.count)
+            (
+                state.modes, state.commonModes, state.runningModes.last, state.commonSources.count,
+                state.commonTimers.count, state.commonObservers.count, state.blocks.count
+            )
         }
         let (modes, commonModes, current, commonSources, commonTimers, commonObservers, blocks) = snapshot
         let now = LoopClock.now()
         var lines: [String] = []
-        lines.append("\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
+        lines.append(
+            "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
         lines.append("current mode = \(current?.rawValue ?? "(none)"),")
         lines.append("common modes = { \(commonModes.map(\.rawValue).joined(separator: ", ")) },")
         lines.append(

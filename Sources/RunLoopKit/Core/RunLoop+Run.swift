@@ -57,8 +57,9 @@ extension RunLoop {
         }
         guard let modeIndex else { return .finished }
 
-        var context = beginRun(mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
-                               returnAfterSourceHandled: returnAfterSourceHandled)
+        var context = beginRun(
+            mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
+            returnAfterSourceHandled: returnAfterSourceHandled)
         doObservers(.entry, &context)
         let result = runPasses(&context)
         doObservers(.exit, &context)
@@ -242,7 +243,8 @@ extension RunLoop {
                 var next = entry.fireNs.addingSaturated(timer.intervalNs)
                 if next <= now {
                     let missed = (now - entry.fireNs) / timer.intervalNs
-                    next = entry.fireNs.addingSaturated((missed + 1).multipliedReportingOverflow(by: timer.intervalNs).partialValue)
+                    next = entry.fireNs.addingSaturated(
+                        (missed + 1).multipliedReportingOverflow(by: timer.intervalNs).partialValue)
                 }
                 timerState.fireNs = next
                 _ = state.repush(timer, timerState)
@@ -269,8 +271,9 @@ extension RunLoop {
         }
         let count: Int32
         do {
-            count = try Syscall.epollWait(waiter.epollFD, confined.events, capacity: confined.eventCapacity,
-                                          timeoutMs: timeoutMs)
+            count = try Syscall.epollWait(
+                waiter.epollFD, confined.events, capacity: confined.eventCapacity,
+                timeoutMs: timeoutMs)
         } catch {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             Diagnostics.error("epoll_wait on \(shortDescription) failed: \(error)")
@@ -304,14 +307,17 @@ extension RunLoop {
 
     // MARK: Run bookkeeping
 
-    private func beginRun(mode: Mode, modeIndex: Int, deadline: Int64, pollOnly: Bool,
-                          returnAfterSourceHandled: Bool) -> RunContext {
+    private func beginRun(
+        mode: Mode, modeIndex: Int, deadline: Int64, pollOnly: Bool,
+        returnAfterSourceHandled: Bool
+    ) -> RunContext {
         confined.nextRunID += 1
         let id = confined.nextRunID
         let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
         let scratch = confined.spareScratch.popLast() ?? RunScratch()
-        return RunContext(id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
-                          pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch)
+        return RunContext(
+            id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
+            pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch)
     }
 
     private func endRun(_ context: inout RunContext) {

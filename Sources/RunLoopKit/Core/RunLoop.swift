@@ -277,7 +277,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 return earliest
             }
         }
-        if foreign { Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)") }
+        if foreign {
+            Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)")
+        }
         if let earliest, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
     }
 

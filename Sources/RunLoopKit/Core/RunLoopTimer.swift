@@ -116,7 +116,8 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         let (fireNs, valid) = state.withLock { ($0.fireNs, $0.valid) }
         let inNs = fireNs.subtractingSaturated(LoopClock.now())
-        return "<RunLoopTimer \(objectAddress(self)) fires in \(formatNanoseconds(inNs)) interval \(interval) valid: \(valid)>"
+        return
+            "<RunLoopTimer \(objectAddress(self)) fires in \(formatNanoseconds(inNs)) interval \(interval) valid: \(valid)>"
     }
 
     /// Timers are equal only to themselves.
