@@ -33,11 +33,14 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Test-only: counts a thread's heap allocations (see Tests/CAllocationCounter).
+        .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
         .testTarget(
             name: "RunLoopKitTests",
             dependencies: [
                 "RunLoopKit",
                 "CRunLoopKit",
+                "CAllocationCounter",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

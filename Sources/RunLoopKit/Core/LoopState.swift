@@ -199,7 +199,11 @@ struct LoopState: Sendable {
     mutating func repush(_ timer: RunLoopTimer, _ state: TimerState) -> Int64 {
         timer.generation.add(1, ordering: .releasing)
         var earliest = LoopClock.never
-        for index in state.modes { earliest = min(earliest, push(timer, state, into: index)) }
+        var position = 0
+        while position < state.modes.count {  // no iterator: allocation-free even unoptimized
+            earliest = min(earliest, push(timer, state, into: state.modes[position]))
+            position += 1
+        }
         return earliest
     }
 

@@ -152,8 +152,15 @@ extension RunLoop {
             return mode.observerMask & activity.rawValue != 0 ? mode.observers : nil
         }
         guard let observers else { return }
-        for observer in observers where observer.activities.contains(activity) {
-            guard observer.isValid, !observer.firing.exchange(true, ordering: .acquiring) else { continue }
+        // Index loops over the retained snapshot: no iterator, so nothing to allocate even in
+        // unoptimized builds.
+        var index = 0
+        while index < observers.count {
+            let observer = observers[index]
+            index += 1
+            guard observer.activities.contains(activity), observer.isValid,
+                !observer.firing.exchange(true, ordering: .acquiring)
+            else { continue }
             observer.handler(observer, activity)
             observer.firing.store(false, ordering: .releasing)
             if !observer.repeats { observer.invalidate() }
@@ -187,7 +194,10 @@ extension RunLoop {
     private func doSources0(_ context: inout RunContext) -> Bool {
         let sources = state.withLock { $0.modes[context.modeIndex].sources }
         var handled = false
-        for source in sources {
+        var index = 0
+        while index < sources.count {
+            let source = sources[index]
+            index += 1
             if source.signalled.load(ordering: .relaxed), source.signalled.exchange(false, ordering: .acquiring),
                 source.isValid
             {
@@ -210,7 +220,10 @@ extension RunLoop {
             }
         }
         guard !context.scratch.dueTimers.isEmpty else { return }
-        for entry in context.scratch.dueTimers {
+        var index = 0
+        while index < context.scratch.dueTimers.count {
+            let entry = context.scratch.dueTimers[index]
+            index += 1
             let timer = entry.timer
             // An earlier handler of this pass may have invalidated or moved it.
             guard entry.isLive else { continue }

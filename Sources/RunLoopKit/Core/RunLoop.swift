@@ -152,7 +152,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     public func addCommonMode(_ mode: Mode) {
         let joined = state.withLock { $0.makeCommon(mode, loop: self) }
         for source in joined { source.scheduleCallout?(self, mode) }
-        wakeUpIfTimersMoved(LoopClock.now())
+        // Timers may have joined a mode the loop is sleeping in: let it re-arm.
+        requestWakeUp()
     }
 
     // MARK: Sources
@@ -355,12 +356,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         }
         if done, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
         return done
-    }
-
-    /// Wakes the loop if some timer may now be due before the armed deadline (after common-mode
-    /// changes moved timers into a mode).
-    private func wakeUpIfTimersMoved(_ now: Int64) {
-        if armedDeadline.load(ordering: .acquiring) != LoopClock.never { requestWakeUp() }
     }
 
     // MARK: Blocks

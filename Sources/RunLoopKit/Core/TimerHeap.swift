@@ -47,7 +47,8 @@ struct TimerHeap {
     ///
     /// - Complexity: O(log n) per stale entry dropped, O(1) otherwise.
     mutating func peekLive() -> TimerEntry? {
-        while let top = entries.first {
+        while !entries.isEmpty {
+            let top = entries[0]
             if top.isLive { return top }
             removeTop()
         }
@@ -79,7 +80,11 @@ struct TimerHeap {
         let entry = buffer[index]
         // Children fire no earlier than their parent: a parent at or past the deadline prunes them.
         guard entry.fireNs < deadline else { return }
-        if entry.isLive, entry.latestNs < deadline { deadline = entry.latestNs }
+        // A timer firing in an outer run is skipped, as CoreFoundation skips it when arming: a
+        // nested run must not spin on it.
+        if entry.isLive, entry.latestNs < deadline, !entry.timer.firing.load(ordering: .relaxed) {
+            deadline = entry.latestNs
+        }
         visit(2 * index + 1, buffer, &deadline)
         visit(2 * index + 2, buffer, &deadline)
     }

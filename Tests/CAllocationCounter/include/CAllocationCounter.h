@@ -1,0 +1,12 @@
+#ifndef C_ALLOCATION_COUNTER_H
+#define C_ALLOCATION_COUNTER_H
+#include <stdbool.h>
+
+/// Whether this build counts allocations (false under AddressSanitizer/ThreadSanitizer, which
+/// replace malloc themselves).
+bool alloc_counter_available(void);
+/// Starts counting the calling thread's allocations from zero.
+void alloc_counter_start(void);
+/// Stops counting on the calling thread and returns how many allocations it made meanwhile.
+long alloc_counter_stop(void);
+#endif

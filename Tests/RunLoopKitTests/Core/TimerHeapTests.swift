@@ -1,0 +1,91 @@
+import Testing
+
+@testable import RunLoopKit
+
+/// The timer heap against a brute-force model: pop order, stale entries, coalesced deadlines.
+@Suite struct TimerHeapTests {
+    /// A deterministic generator, so a failure replays.
+    struct SplitMix: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    private func entry(_ timer: RunLoopTimer, fire: Int64, tolerance: Int64, sequence: UInt64) -> TimerEntry {
+        TimerEntry(
+            fireNs: fire, latestNs: fire + tolerance, sequence: sequence,
+            generation: timer.generation.load(ordering: .relaxed), timer: timer)
+    }
+
+    @Test func popsInFireThenInsertionOrderAndSkipsStaleEntries() {
+        var random = SplitMix(state: 42)
+        var heap = TimerHeap()
+        var model: [(fire: Int64, sequence: UInt64, timer: RunLoopTimer)] = []
+        for sequence in 1...2_000 as ClosedRange<UInt64> {
+            let timer = RunLoopTimer(fireAt: .now) { _ in }
+            let fire = Int64.random(in: 0..<500, using: &random)  // many equal fire dates
+            heap.insert(entry(timer, fire: fire, tolerance: 0, sequence: sequence))
+            model.append((fire, sequence, timer))
+        }
+        // Make every third timer stale, as invalidate() does.
+        for (index, item) in model.enumerated() where index % 3 == 0 {
+            item.timer.generation.add(1, ordering: .relaxed)
+        }
+        let expected = model.enumerated().filter { $0.offset % 3 != 0 }.map(\.element)
+            .sorted { ($0.fire, $0.sequence) < ($1.fire, $1.sequence) }.map(\.sequence)
+        var popped: [UInt64] = []
+        while let next = heap.popDue(now: .max) { popped.append(next.sequence) }
+        #expect(popped == expected)
+        #expect(heap.isEmpty)
+    }
+
+    @Test func coalescedDeadlineMatchesBruteForce() {
+        var random = SplitMix(state: 7)
+        for round in 0..<200 {
+            var heap = TimerHeap()
+            var live: [(fire: Int64, latest: Int64)] = []
+            let count = Int.random(in: 0..<60, using: &random)
+            for sequence in 0..<count {
+                let timer = RunLoopTimer(fireAt: .now) { _ in }
+                let fire = Int64.random(in: 0..<1_000, using: &random)
+                let tolerance = Int64.random(in: 0..<300, using: &random)
+                heap.insert(entry(timer, fire: fire, tolerance: tolerance, sequence: UInt64(sequence)))
+                if Bool.random(using: &random) {
+                    timer.generation.add(1, ordering: .relaxed)  // stale: must not count
+                } else {
+                    live.append((fire, fire + tolerance))
+                }
+            }
+            // The smallest latest-fire time over the timers due before it.
+            var expected = LoopClock.never
+            for timer in live.sorted(by: { $0.fire < $1.fire }) {
+                if timer.fire >= expected { break }
+                expected = min(expected, timer.latest)
+            }
+            #expect(heap.coalescedDeadline() == expected, "round \(round)")
+        }
+    }
+
+    @Test func compactionKeepsLiveEntriesAndBoundsSize() {
+        var heap = TimerHeap()
+        let keep = (0..<100).map { _ in RunLoopTimer(fireAt: .now) { _ in } }
+        for (index, timer) in keep.enumerated() {
+            heap.insert(entry(timer, fire: Int64(index), tolerance: 0, sequence: UInt64(index)))
+        }
+        for round in 0..<10_000 {
+            let churn = RunLoopTimer(fireAt: .now) { _ in }
+            heap.insert(entry(churn, fire: Int64(round), tolerance: 0, sequence: UInt64(1_000 + round)))
+            churn.generation.add(1, ordering: .relaxed)
+            heap.compactIfNeeded(liveCount: keep.count)
+        }
+        #expect(heap.count <= 2 * keep.count + 33)
+        var popped = 0
+        while heap.popDue(now: .max) != nil { popped += 1 }
+        #expect(popped == keep.count)
+    }
+}
