@@ -121,6 +121,7 @@ extension RunLoop {
     private func runPasses(_ context: inout RunContext) -> RunResult {
         if consumeStop(context) { return .stopped }
         while true {
+            discardStaleWakeUp()
             doObservers(.beforeTimers, &context)
             doObservers(.beforeSources, &context)
             doBlocks(&context)
@@ -339,6 +340,17 @@ extension RunLoop {
         state.withLock { _ = $0.runningModes.popLast() }
         confined.spareScratch.append(context.scratch)
         context.scratch = RunScratch()
+    }
+
+    /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups
+    /// only at the start of a pass: the pass looks at every source and block anyway, so such a
+    /// wakeup would only make its sleep return at once for nothing. The exchange (not a store)
+    /// synchronizes with the waker, so what it signalled before waking is seen by this pass.
+    @inline(__always)
+    private func discardStaleWakeUp() {
+        if wakeRequested.load(ordering: .relaxed) {
+            _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+        }
     }
 
     @inline(__always)
