@@ -48,8 +48,10 @@ struct LoopState: Sendable {
     var commonObservers: [RunLoopObserver] = []
     var commonTimers: [RunLoopTimer] = []
     var blocks = Deque<PendingBlock>()
-    /// The modes of the runs in progress, innermost last.
-    var runningModes: [RunLoop.Mode] = []
+    /// The modes (indexes) of the runs in progress, innermost last.
+    var runningModes: [Int] = []
+    /// The deadline the loop's timerfd is armed for; `LoopClock.never` when disarmed or expired.
+    var armedDeadline = LoopClock.never
     var nextTimerSequence: UInt64 = 1
     var tornDown = false
 
@@ -223,6 +225,8 @@ struct LoopState: Sendable {
     mutating func makeCommon(_ mode: RunLoop.Mode, loop: RunLoop) -> [RunLoopSource] {
         guard mode != .common, !commonModes.contains(mode) else { return [] }
         commonModes.append(mode)
+        // As CFRunLoopAddCommonMode: the mode is made only if there are common items to put in it.
+        if commonSources.isEmpty && commonObservers.isEmpty && commonTimers.isEmpty { return [] }
         let index = index(of: mode)
         var joined: [RunLoopSource] = []
         for source in commonSources where insert(source, into: index) { joined.append(source) }

@@ -6,7 +6,7 @@ extension RunLoop {
     public var description: String {
         let snapshot = state.withLock { state in
             (
-                state.modes, state.commonModes, state.runningModes.last, state.commonSources.count,
+                state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name }, state.commonSources.count,
                 state.commonTimers.count, state.commonObservers.count, state.blocks.count
             )
         }

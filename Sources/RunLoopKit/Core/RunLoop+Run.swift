@@ -51,8 +51,9 @@ extension RunLoop {
         let timeoutNs = timeout.saturatedNanoseconds
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
         let modeIndex: Int? = state.withLock { state in
+            // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
             guard let index = state.modeIndex[mode], !state.isEmpty(index) else { return nil }
-            state.runningModes.append(mode)
+            state.runningModes.append(index)
             return index
         }
         guard let modeIndex else { return .finished }
@@ -275,11 +276,12 @@ extension RunLoop {
         if !poll {
             sleeping.store(true, ordering: .sequentiallyConsistent)
             if !wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
-                let timerDeadline = state.withLock { $0.modes[context.modeIndex].timers.coalescedDeadline() }
-                let deadline = min(timerDeadline, context.deadline)
-                if deadline > LoopClock.now() {
-                    if deadline != confined.armedNs { arm(waiter, deadline) }
-                    timeoutMs = -1
+                timeoutMs = state.withLock { state -> Int32 in
+                    let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
+                    let deadline = min(timerDeadline, context.deadline)
+                    guard deadline > LoopClock.now() else { return 0 }
+                    if deadline != state.armedDeadline { arm(&state, deadline) }
+                    return -1
                 }
             }
         }
@@ -301,21 +303,10 @@ extension RunLoop {
                 wakeRequested.store(false, ordering: .sequentiallyConsistent)
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
-                confined.armedNs = LoopClock.never
-                armedDeadline.store(LoopClock.never, ordering: .releasing)
+                state.withLock { $0.armedDeadline = LoopClock.never }
             default:
                 break
             }
-        }
-    }
-
-    private func arm(_ waiter: KernelWaiter, _ deadline: Int64) {
-        do {
-            try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
-            confined.armedNs = deadline
-            armedDeadline.store(deadline, ordering: .releasing)
-        } catch {
-            Diagnostics.error("timerfd_settime on \(shortDescription) failed: \(error)")
         }
     }
 
@@ -395,7 +386,6 @@ struct RunScratch {
 /// starts with `preconditionOnOwnThread`, and `RunLoop.deinit`, when no other reference exists.
 final class LoopThreadState: @unchecked Sendable {
     var nextRunID: UInt64 = 0
-    var armedNs = LoopClock.never
     var warnedCommonRun = false
     var spareScratch: [RunScratch] = []
     let eventCapacity: Int32 = 64

@@ -37,9 +37,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let sleeping = Atomic<Bool>(false)
     /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
     let wakeRequested = Atomic<Bool>(false)
-    /// The deadline the timerfd is armed for (`LoopClock.never` when disarmed), so that a thread
-    /// scheduling an earlier timer knows to wake the loop to re-arm it.
-    let armedDeadline = Atomic<Int64>(LoopClock.never)
     /// The id of the innermost run in progress, 0 when not running.
     let innermostRun = Atomic<UInt64>(0)
     /// The id of the run ``stop()`` asked to end.
@@ -139,7 +136,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     // MARK: Modes
 
     /// The mode of the innermost run in progress; nil when the loop is not running.
-    public var currentMode: Mode? { state.withLock { $0.runningModes.last } }
+    public var currentMode: Mode? {
+        state.withLock { state -> Mode? in
+            guard let index = state.runningModes.last else { return nil }
+            return state.modes[index].name
+        }
+    }
 
     /// Every mode the loop has made (modes are made on first use and never removed).
     public var allModes: Set<Mode> { state.withLock { Set($0.modes.map(\.name)) } }
@@ -150,10 +152,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Makes `mode` common: every item added for ``Mode/common``, now and later, is in it too.
     /// Adding ``Mode/common`` itself, or a mode already common, does nothing.
     public func addCommonMode(_ mode: Mode) {
-        let joined = state.withLock { $0.makeCommon(mode, loop: self) }
+        let joined = state.withLock { state in
+            let joined = state.makeCommon(mode, loop: self)
+            rearmForEarlierTimers(&state)
+            return joined
+        }
         for source in joined { source.scheduleCallout?(self, mode) }
-        // Timers may have joined a mode the loop is sleeping in: let it re-arm.
-        requestWakeUp()
     }
 
     // MARK: Sources
@@ -244,9 +248,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(log n) in the timers of the mode.
     public func add(_ timer: RunLoopTimer, forMode mode: Mode) {
         var foreign = false
-        let earliest: Int64? = state.withLock { state in
-            guard !state.tornDown else { return nil }
-            return timer.state.withLock { timerState -> Int64? in
+        state.withLock { state in
+            guard !state.tornDown else { return }
+            let earliest = timer.state.withLock { timerState -> Int64? in
                 guard timerState.valid else { return nil }
                 if let owner = timerState.loop, owner !== self {
                     foreign = true
@@ -277,11 +281,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 if timerState.modes.isEmpty && !timerState.inCommonModes { timerState.loop = nil }
                 return earliest
             }
+            if earliest != nil { rearmForEarlierTimers(&state) }
         }
         if foreign {
             Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)")
         }
-        if let earliest, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
     }
 
     /// Removes a timer from `mode` (it stays valid and can be added again).
@@ -344,18 +348,38 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Moves a scheduled timer; returns false if it is no longer on this loop (the caller retries).
     func reschedule(_ timer: RunLoopTimer, fireNs: Int64?, toleranceNs: Int64?) -> Bool {
-        var earliest = LoopClock.never
-        let done = state.withLock { state in
-            timer.state.withLock { timerState -> Bool in
+        state.withLock { state in
+            let done = timer.state.withLock { timerState -> Bool in
                 guard timerState.loop === self else { return false }
                 if let fireNs { timerState.fireNs = fireNs }
                 if let toleranceNs { timerState.toleranceNs = toleranceNs }
-                if timerState.valid { earliest = state.repush(timer, timerState) }
+                if timerState.valid { _ = state.repush(timer, timerState) }
                 return true
             }
+            if done { rearmForEarlierTimers(&state) }
+            return done
         }
-        if done, earliest < armedDeadline.load(ordering: .acquiring) { requestWakeUp() }
-        return done
+    }
+
+    /// Re-arms the timerfd, from whatever thread changed the timers, when the running mode's timers
+    /// now need an earlier wakeup than the one armed — as CoreFoundation re-arms a mode's timer
+    /// port when a timer is added, without waking the loop. Called with the loop's lock held.
+    func rearmForEarlierTimers(_ state: inout LoopState) {
+        guard let running = state.runningModes.last else { return }
+        let deadline = state.modes[running].timers.coalescedDeadline()
+        if deadline < state.armedDeadline { arm(&state, deadline) }
+    }
+
+    /// Arms the timerfd for `deadline`. Called with the loop's lock held, which orders the arming
+    /// done by the loop's thread and by other threads.
+    func arm(_ state: inout LoopState, _ deadline: Int64) {
+        guard let waiter else { return }
+        do {
+            try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
+            state.armedDeadline = deadline
+        } catch {
+            Diagnostics.error("timerfd_settime on \(shortDescription) failed: \(error)")
+        }
     }
 
     // MARK: Blocks
@@ -372,6 +396,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         let pending = PendingBlock(modes: modes.count == 1 ? .one(first) : .many(modes), body: block)
         let accepted = state.withLock { state -> Bool in
             guard !state.tornDown else { return false }
+            // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
+            for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
             state.blocks.append(pending)
             return true
         }

@@ -1,110 +1,133 @@
 import Foundation
 import RunLoopKit
+
 import class RunLoopKit.RunLoop
 
 // The RunLoopKit side of the differential tests: the same `LoopDriver` interface as
 // `CFLoopDriver` (Support/CFHarness.swift), implemented with RunLoopKit's public API (DESIGN §2).
 
 final class RLKDiffSource: DiffSource {
-  let source: RunLoopSource
-  init(order: Int, perform: @escaping @Sendable () -> Void) {
-    source = RunLoopSource(order: order, perform: perform)
-  }
-  func signal() { source.signal() }
-  func invalidate() { source.invalidate() }
-  var isValid: Bool { source.isValid }
+    let source: RunLoopSource
+    init(order: Int, perform: @escaping @Sendable () -> Void) {
+        source = RunLoopSource(order: order, perform: perform)
+    }
+    func signal() { source.signal() }
+    func invalidate() { source.invalidate() }
+    var isValid: Bool { source.isValid }
 }
 
 final class RLKDiffTimer: DiffTimer, @unchecked Sendable {
-  // Set once, right after init, before the timer is handed out.
-  var timer: RunLoopTimer!
-  let epoch: ContinuousClock.Instant
-  init(epoch: ContinuousClock.Instant) { self.epoch = epoch }
-  func invalidate() { timer.invalidate() }
-  var isValid: Bool { timer.isValid }
-  func setFireDate(_ t: Double) { timer.fireDate = epoch + .seconds(t) }
+    // Set once, right after init, before the timer is handed out.
+    var timer: RunLoopTimer!
+    let epoch: ContinuousClock.Instant
+    init(epoch: ContinuousClock.Instant) { self.epoch = epoch }
+    func invalidate() { timer.invalidate() }
+    var isValid: Bool { timer.isValid }
+    func setFireDate(_ t: Double) { timer.fireDate = epoch + .seconds(t) }
 }
 
 final class RLKDiffObserver: DiffObserver, @unchecked Sendable {
-  // Set once, right after init, before the observer is handed out.
-  var observer: RunLoopObserver!
-  func invalidate() { observer.invalidate() }
-  var isValid: Bool { observer.isValid }
+    // Set once, right after init, before the observer is handed out.
+    var observer: RunLoopObserver!
+    func invalidate() { observer.invalidate() }
+    var isValid: Bool { observer.isValid }
 }
 
 final class RLKLoopDriver: LoopDriver {
-  let loop: RunLoop
-  let epoch: ContinuousClock.Instant
-  var kind: String { "RunLoopKit" }
+    let loop: RunLoop
+    let epoch: ContinuousClock.Instant
+    var kind: String { "RunLoopKit" }
 
-  init() {
-    loop = RunLoop.current
-    epoch = .now
-  }
-
-  private func mode(_ name: String) -> RunLoop.Mode { RunLoop.Mode(rawValue: name) }
-
-  func now() -> Double {
-    let d = epoch.duration(to: .now)
-    return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
-  }
-
-  func run(_ mode: String, _ seconds: Double, rash: Bool) -> String {
-    let r = loop.run(mode: self.mode(mode), for: .seconds(seconds), returnAfterSourceHandled: rash)
-    switch r {
-    case .finished: return "finished"
-    case .stopped: return "stopped"
-    case .timedOut: return "timedOut"
-    case .handledSource: return "handledSource"
+    init() {
+        loop = RunLoop.current
+        epoch = .now
     }
-  }
 
-  func runUntilStoppedOrFinished() { loop.run() }
+    private func mode(_ name: String) -> RunLoop.Mode { RunLoop.Mode(rawValue: name) }
 
-  func makeSource(order: Int, _ perform: @escaping @Sendable () -> Void) -> any DiffSource {
-    RLKDiffSource(order: order, perform: perform)
-  }
-  func add(_ s: any DiffSource, _ mode: String) {
-    loop.add((s as! RLKDiffSource).source, forMode: self.mode(mode))
-  }
-  func remove(_ s: any DiffSource, _ mode: String) {
-    loop.remove((s as! RLKDiffSource).source, forMode: self.mode(mode))
-  }
+    func now() -> Double {
+        let d = epoch.duration(to: .now)
+        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+    }
 
-  func makeTimer(fireAt: Double, interval: Double, tolerance: Double, order: Int,
-                 _ handler: @escaping @Sendable (any DiffTimer) -> Void) -> any DiffTimer {
-    let h = RLKDiffTimer(epoch: epoch)
-    h.timer = RunLoopTimer(fireAt: epoch + .seconds(fireAt), interval: .seconds(interval),
-                           tolerance: .seconds(tolerance), order: order) { _ in handler(h) }
-    return h
-  }
-  func add(_ t: any DiffTimer, _ mode: String) {
-    loop.add((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
-  }
-  func remove(_ t: any DiffTimer, _ mode: String) {
-    loop.remove((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
-  }
+    func run(_ mode: String, _ seconds: Double, rash: Bool) -> String {
+        let r = loop.run(mode: self.mode(mode), for: .seconds(seconds), returnAfterSourceHandled: rash)
+        switch r {
+        case .finished: return "finished"
+        case .stopped: return "stopped"
+        case .timedOut: return "timedOut"
+        case .handledSource: return "handledSource"
+        }
+    }
 
-  func makeObserver(_ activities: UInt, repeats: Bool, order: Int,
-                    _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void) -> any DiffObserver {
-    let h = RLKDiffObserver()
-    h.observer = RunLoopObserver(activities: RunLoop.Activity(rawValue: activities), repeats: repeats,
-                                 order: order) { _, activity in handler(h, activity.rawValue) }
-    return h
-  }
-  func add(_ o: any DiffObserver, _ mode: String) {
-    loop.add((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
-  }
-  func remove(_ o: any DiffObserver, _ mode: String) {
-    loop.remove((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
-  }
+    func runUntilStoppedOrFinished() { loop.run() }
+    func sibling() -> any LoopDriver { RLKLoopDriver() }
+    func acceptInput(_ mode: String, _ seconds: Double) {
+        loop.acceptInput(mode: self.mode(mode), before: Date(timeIntervalSinceNow: seconds))
+    }
+    func nextTimerFireDate(_ mode: String) -> Double? {
+        guard let instant = loop.nextTimerFireDate(forMode: self.mode(mode)) else { return nil }
+        let d = epoch.duration(to: instant)
+        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+    }
+    func runBefore(_ mode: String, _ seconds: Double) -> Bool {
+        loop.run(mode: self.mode(mode), before: Date(timeIntervalSinceNow: seconds))
+    }
+    func runUntil(_ seconds: Double) { loop.run(until: Date(timeIntervalSinceNow: seconds)) }
+    var allModes: [String] { loop.allModes.map(\.rawValue).sorted() }
 
-  func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {
-    loop.perform(inModes: modes.map { self.mode($0) }, block)
-  }
-  func stop() { loop.stop() }
-  func wakeUp() { loop.wakeUp() }
-  var currentMode: String? { loop.currentMode?.rawValue }
-  func addCommonMode(_ mode: String) { loop.addCommonMode(self.mode(mode)) }
-  var isWaiting: Bool { loop.isWaiting }
+    func makeSource(order: Int, _ perform: @escaping @Sendable () -> Void) -> any DiffSource {
+        RLKDiffSource(order: order, perform: perform)
+    }
+    func add(_ s: any DiffSource, _ mode: String) {
+        loop.add((s as! RLKDiffSource).source, forMode: self.mode(mode))
+    }
+    func remove(_ s: any DiffSource, _ mode: String) {
+        loop.remove((s as! RLKDiffSource).source, forMode: self.mode(mode))
+    }
+
+    func makeTimer(
+        fireAt: Double, interval: Double, tolerance: Double, order: Int,
+        _ handler: @escaping @Sendable (any DiffTimer) -> Void
+    ) -> any DiffTimer {
+        let h = RLKDiffTimer(epoch: epoch)
+        h.timer = RunLoopTimer(
+            fireAt: epoch + .seconds(fireAt), interval: .seconds(interval),
+            tolerance: .seconds(tolerance), order: order
+        ) { _ in handler(h) }
+        return h
+    }
+    func add(_ t: any DiffTimer, _ mode: String) {
+        loop.add((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
+    }
+    func remove(_ t: any DiffTimer, _ mode: String) {
+        loop.remove((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
+    }
+
+    func makeObserver(
+        _ activities: UInt, repeats: Bool, order: Int,
+        _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void
+    ) -> any DiffObserver {
+        let h = RLKDiffObserver()
+        h.observer = RunLoopObserver(
+            activities: RunLoop.Activity(rawValue: activities), repeats: repeats,
+            order: order
+        ) { _, activity in handler(h, activity.rawValue) }
+        return h
+    }
+    func add(_ o: any DiffObserver, _ mode: String) {
+        loop.add((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
+    }
+    func remove(_ o: any DiffObserver, _ mode: String) {
+        loop.remove((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
+    }
+
+    func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {
+        loop.perform(inModes: modes.map { self.mode($0) }, block)
+    }
+    func stop() { loop.stop() }
+    func wakeUp() { loop.wakeUp() }
+    var currentMode: String? { loop.currentMode?.rawValue }
+    func addCommonMode(_ mode: String) { loop.addCommonMode(self.mode(mode)) }
+    var isWaiting: Bool { loop.isWaiting }
 }
