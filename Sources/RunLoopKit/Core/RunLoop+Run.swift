@@ -140,7 +140,7 @@ extension RunLoop {
             if sourceHandled && context.returnAfterSourceHandled { return .handledSource }
             if context.deadline != LoopClock.never, LoopClock.now() >= context.deadline { return .timedOut }
             if consumeStop(context) { return .stopped }
-            if state.withLock({ $0.isEmpty(context.modeIndex) }) { return .finished }
+            if isModeEmpty(&context) { return .finished }
         }
     }
 
@@ -149,11 +149,9 @@ extension RunLoop {
     /// Calls the mode's observers for `activity`, in order, skipping any that are already running
     /// (an observer is never re-entered by a nested run).
     private func doObservers(_ activity: Activity, _ context: inout RunContext) {
-        let observers: ContiguousArray<RunLoopObserver>? = state.withLock { state in
-            let mode = state.modes[context.modeIndex]
-            return mode.observerMask & activity.rawValue != 0 ? mode.observers : nil
-        }
-        guard let observers else { return }
+        refreshItems(&context)
+        guard context.items.observerMask & activity.rawValue != 0 else { return }
+        let observers = context.items.observers
         // Index loops over the retained snapshot: no iterator, so nothing to allocate even in
         // unoptimized builds.
         var index = 0
@@ -172,9 +170,11 @@ extension RunLoop {
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
+        guard pendingBlockCount.load(ordering: .acquiring) > 0 else { return }
         let modeIsCommon: Bool? = state.withLock { state in
             guard !state.blocks.isEmpty else { return nil }
             swap(&state.blocks, &context.scratch.blocks)
+            pendingBlockCount.store(0, ordering: .releasing)
             return state.isCommon(context.mode)
         }
         guard let modeIsCommon else { return }
@@ -186,7 +186,10 @@ extension RunLoop {
             }
         }
         if !context.scratch.otherModes.isEmpty {
-            state.withLock { state in state.blocks.prepend(contentsOf: context.scratch.otherModes) }
+            state.withLock { state in
+                state.blocks.prepend(contentsOf: context.scratch.otherModes)
+                pendingBlockCount.store(state.blocks.count, ordering: .releasing)
+            }
             context.scratch.otherModes.removeAll(keepingCapacity: true)
         }
     }
@@ -194,7 +197,8 @@ extension RunLoop {
     /// Performs the signalled version-0 sources of the mode in order; returns whether any was
     /// performed. With `returnAfterSourceHandled`, stops after the first.
     private func doSources0(_ context: inout RunContext) -> Bool {
-        let sources = state.withLock { $0.modes[context.modeIndex].sources }
+        refreshItems(&context)
+        let sources = context.items.sources
         var handled = false
         var index = 0
         while index < sources.count {
@@ -215,6 +219,8 @@ extension RunLoop {
     /// rescheduled to the first point of its schedule after now, unless its handler set a fire
     /// date; a one-shot timer is invalidated.
     private func doTimers(_ context: inout RunContext) {
+        refreshItems(&context)
+        guard context.items.timerCount > 0 else { return }
         let now = LoopClock.now()
         state.withLock { state in
             while let entry = state.modes[context.modeIndex].timers.popDue(now: now) {
@@ -272,6 +278,10 @@ extension RunLoop {
     /// the deadline changes.
     private func wait(_ context: inout RunContext, poll: Bool) {
         guard let waiter else { return }
+        // A poll only collects what is ready. Timers are checked against the clock and wakeups
+        // matter only to a sleep, so with no descriptor sources registered (Source1 comes with
+        // FileDescriptorSource) there is nothing to ask the kernel.
+        if poll { return }
         var timeoutMs: Int32 = 0
         if !poll {
             sleeping.store(true, ordering: .sequentiallyConsistent)
@@ -300,7 +310,9 @@ extension RunLoop {
             switch confined.events[slot].data.u64 {
             case KernelWaiter.wakeTag:
                 try? Syscall.drainCounter(waiter.wakeFD)
-                wakeRequested.store(false, ordering: .sequentiallyConsistent)
+                // An exchange, not a store: it synchronizes with the waker, so what it queued
+                // before waking is seen by the phases that follow.
+                _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
                 state.withLock { $0.armedDeadline = LoopClock.never }
@@ -331,6 +343,32 @@ extension RunLoop {
         state.withLock { _ = $0.runningModes.popLast() }
         confined.spareScratch.append(context.scratch)
         context.scratch = RunScratch()
+    }
+
+    /// Re-reads the mode's item lists if any item changed since the run last read them: between
+    /// changes a pass takes no lock for them.
+    @inline(__always)
+    private func refreshItems(_ context: inout RunContext) {
+        guard itemsVersion.load(ordering: .acquiring) != context.items.version else { return }
+        state.withLock { state in
+            let mode = state.modes[context.modeIndex]
+            context.items = ModeItems(
+                version: itemsVersion.load(ordering: .relaxed),
+                sources: mode.sources,
+                observers: mode.observers,
+                observerMask: mode.observerMask,
+                timerCount: mode.timerCount
+            )
+        }
+    }
+
+    /// Whether the mode has nothing left to do (no sources, timers or blocks for it); lock-free
+    /// unless it has neither sources nor timers and blocks are queued.
+    private func isModeEmpty(_ context: inout RunContext) -> Bool {
+        refreshItems(&context)
+        if !context.items.sources.isEmpty || context.items.timerCount > 0 { return false }
+        if pendingBlockCount.load(ordering: .acquiring) == 0 { return true }
+        return state.withLock { $0.isEmpty(context.modeIndex) }
     }
 
     /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups
@@ -369,6 +407,17 @@ struct RunContext {
     let pollOnly: Bool
     let returnAfterSourceHandled: Bool
     var scratch: RunScratch
+    var items = ModeItems()
+}
+
+/// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
+/// The arrays are shared with the mode's (copy-on-write), so taking them copies nothing.
+struct ModeItems {
+    var version = UInt64.max
+    var sources: ContiguousArray<RunLoopSource> = []
+    var observers: ContiguousArray<RunLoopObserver> = []
+    var observerMask: UInt = 0
+    var timerCount = 0
 }
 
 /// Buffers a run reuses from pass to pass so that a steady-state pass allocates nothing. Each

@@ -37,6 +37,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let sleeping = Atomic<Bool>(false)
     /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
     let wakeRequested = Atomic<Bool>(false)
+    /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
+    /// keep its mode's item lists between passes and re-read them only after a change.
+    let itemsVersion = Atomic<UInt64>(0)
+    /// `state.blocks.count`, published (under the lock) for a lock-free "anything queued?" check.
+    let pendingBlockCount = Atomic<Int>(0)
     /// The id of the innermost run in progress, 0 when not running.
     let innermostRun = Atomic<UInt64>(0)
     /// The id of the run ``stop()`` asked to end.
@@ -93,7 +98,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Called by the thread-exit hook: removes every item and closes the kernel descriptors.
     func tearDown() {
-        let (sources, timers, observers) = state.withLock { state in
+        let (sources, timers, observers) = mutatingItems { state in
             state.tornDown = true
             var sources: [(RunLoopSource, RunLoop.Mode)] = []
             var timers: [RunLoopTimer] = []
@@ -114,6 +119,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             state.commonObservers.removeAll()
             state.commonTimers.removeAll()
             state.blocks.removeAll()
+            pendingBlockCount.store(0, ordering: .releasing)
             return (sources, timers, observers)
         }
         for timer in timers {
@@ -152,7 +158,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Makes `mode` common: every item added for ``Mode/common``, now and later, is in it too.
     /// Adding ``Mode/common`` itself, or a mode already common, does nothing.
     public func addCommonMode(_ mode: Mode) {
-        let joined = state.withLock { state in
+        let joined = mutatingItems { state in
             let joined = state.makeCommon(mode, loop: self)
             rearmForEarlierTimers(&state)
             return joined
@@ -168,7 +174,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(n) in the sources of the mode.
     public func add(_ source: RunLoopSource, forMode mode: Mode) {
         guard source.isValid else { return }
-        let joined: [Mode] = state.withLock { state in
+        let joined: [Mode] = mutatingItems { state in
             guard !state.tornDown else { return [] }
             let joined = state.add(source, for: mode)
             let stillValid = source.registrations.withLock { places in
@@ -192,7 +198,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Removes a source from `mode` (``Mode/common``: from every common mode and from the common
     /// items); its cancel callback runs once per mode it leaves.
     public func remove(_ source: RunLoopSource, forMode mode: Mode) {
-        let left = state.withLock { $0.remove(source, for: mode) }
+        let left = mutatingItems { $0.remove(source, for: mode) }
         if mode == .common || left.contains(mode) {
             source.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
         }
@@ -211,7 +217,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// (or adding an invalidated one) does nothing.
     public func add(_ observer: RunLoopObserver, forMode mode: Mode) {
         guard observer.isValid else { return }
-        state.withLock { state in
+        mutatingItems { state in
             guard !state.tornDown else { return }
             let accepted = observer.registrations.withLock { places -> Bool in
                 guard observer.isValid else { return false }
@@ -231,7 +237,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Removes an observer from `mode`.
     public func remove(_ observer: RunLoopObserver, forMode mode: Mode) {
-        state.withLock { $0.remove(observer, for: mode) }
+        mutatingItems { $0.remove(observer, for: mode) }
         observer.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
     }
 
@@ -248,7 +254,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(log n) in the timers of the mode.
     public func add(_ timer: RunLoopTimer, forMode mode: Mode) {
         var foreign = false
-        state.withLock { state in
+        mutatingItems { state in
             guard !state.tornDown else { return }
             let earliest = timer.state.withLock { timerState -> Int64? in
                 guard timerState.valid else { return nil }
@@ -290,7 +296,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Removes a timer from `mode` (it stays valid and can be added again).
     public func remove(_ timer: RunLoopTimer, forMode mode: Mode) {
-        state.withLock { state in
+        mutatingItems { state in
             timer.state.withLock { timerState in
                 guard timerState.loop === self else { return }
                 var indexes: [Int] = []
@@ -333,7 +339,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Takes an invalidated timer out of every mode.
     func detach(_ timer: RunLoopTimer) {
-        state.withLock { state in
+        mutatingItems { state in
             timer.state.withLock { timerState in
                 guard timerState.loop === self else { return }
                 state.unschedule(timer, &timerState, from: timerState.modes)
@@ -399,12 +405,25 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
             for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
             state.blocks.append(pending)
+            pendingBlockCount.store(state.blocks.count, ordering: .releasing)
             return true
         }
         if accepted {
             requestWakeUp()
         } else {
             Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+        }
+    }
+
+    /// Runs `body` under the lock and bumps ``itemsVersion`` before unlocking: every change to a
+    /// mode's sources, observers or timers goes through here.
+    @inline(__always)
+    @discardableResult
+    func mutatingItems<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
+        state.withLock { state in
+            let result = body(&state)
+            itemsVersion.add(1, ordering: .releasing)
+            return result
         }
     }
 
