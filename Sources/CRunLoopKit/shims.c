@@ -46,3 +46,22 @@ int crlk_count_open_fds(void) {
     closedir(dir);
     return count - 1; /* the directory stream's own descriptor */
 }
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CRLK_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CRLK_TSAN 1
+#endif
+
+#ifdef CRLK_TSAN
+void __tsan_acquire(void *address);
+void __tsan_release(void *address);
+void crlk_tsan_acquire(void *address) { __tsan_acquire(address); }
+void crlk_tsan_release(void *address) { __tsan_release(address); }
+#else
+void crlk_tsan_acquire(void *address) { (void)address; }
+void crlk_tsan_release(void *address) { (void)address; }
+#endif

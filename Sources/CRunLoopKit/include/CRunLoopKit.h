@@ -31,6 +31,13 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 /// Counts the open file descriptors of this process (entries in /proc/self/fd), or -1.
 int crlk_count_open_fds(void);
 
+/// Tell ThreadSanitizer that the lock at `address` was acquired / is being released. No-ops
+/// unless this file is compiled with -fsanitize=thread (`swift build --sanitize=thread`).
+/// Swift's `Synchronization.Mutex` waits with raw futex calls on Linux, which ThreadSanitizer
+/// does not intercept, so without these every access it guards is reported as a race.
+void crlk_tsan_acquire(void *address);
+void crlk_tsan_release(void *address);
+
 /// Constants Swift cannot import from the headers as macros of the right type.
 enum {
     CRLK_EPOLLIN = EPOLLIN,

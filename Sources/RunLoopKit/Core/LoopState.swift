@@ -237,7 +237,7 @@ struct LoopState: Sendable {
             modes[index].observerMask |= observer.activities.rawValue
         }
         for timer in commonTimers {
-            timer.state.withLock { state in
+            timer.state.locked { state in
                 guard state.valid, state.loop === loop else { return }
                 _ = schedule(timer, &state, into: index)
             }

@@ -4,7 +4,7 @@ extension RunLoop {
     /// mode with its sources, timers (with their next fire date) and observers (with their
     /// activities and order).
     public var description: String {
-        let snapshot = state.withLock { state in
+        let snapshot = state.locked { state in
             (
                 state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name }, state.commonSources.count,
                 state.commonTimers.count, state.commonObservers.count, state.blocks.count

@@ -50,7 +50,7 @@ extension RunLoop {
         let start = LoopClock.now()
         let timeoutNs = timeout.saturatedNanoseconds
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
-        let modeIndex: Int? = state.withLock { state in
+        let modeIndex: Int? = state.locked { state in
             // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
             guard let index = state.modeIndex[mode], !state.isEmpty(index) else { return nil }
             state.runningModes.append(index)
@@ -102,7 +102,7 @@ extension RunLoop {
             warnCommonRunOnce()
             return false
         }
-        let empty = state.withLock { state in state.modeIndex[mode].map { state.isEmpty($0) } ?? true }
+        let empty = state.locked { state in state.modeIndex[mode].map { state.isEmpty($0) } ?? true }
         if empty { return false }
         run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
         return true
@@ -171,7 +171,7 @@ extension RunLoop {
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
         guard pendingBlockCount.load(ordering: .acquiring) > 0 else { return }
-        let modeIsCommon: Bool? = state.withLock { state in
+        let modeIsCommon: Bool? = state.locked { state in
             guard !state.blocks.isEmpty else { return nil }
             swap(&state.blocks, &context.scratch.blocks)
             pendingBlockCount.store(0, ordering: .releasing)
@@ -186,7 +186,7 @@ extension RunLoop {
             }
         }
         if !context.scratch.otherModes.isEmpty {
-            state.withLock { state in
+            state.locked { state in
                 state.blocks.prepend(contentsOf: context.scratch.otherModes)
                 pendingBlockCount.store(state.blocks.count, ordering: .releasing)
             }
@@ -222,7 +222,7 @@ extension RunLoop {
         refreshItems(&context)
         guard context.items.timerCount > 0 else { return }
         let now = LoopClock.now()
-        state.withLock { state in
+        state.locked { state in
             while let entry = state.modes[context.modeIndex].timers.popDue(now: now) {
                 context.scratch.dueTimers.append(entry)
             }
@@ -237,7 +237,7 @@ extension RunLoop {
             guard entry.isLive else { continue }
             if timer.firing.exchange(true, ordering: .acquiring) {
                 // It is firing in an outer run: keep its entry for later.
-                state.withLock { state in state.modes[context.modeIndex].timers.insert(entry) }
+                state.locked { state in state.modes[context.modeIndex].timers.insert(entry) }
                 continue
             }
             timer.handler(timer)
@@ -255,8 +255,8 @@ extension RunLoop {
     /// (`fire + k·interval`), unless its handler changed its schedule or invalidated it.
     private func rescheduleAfterFire(_ entry: TimerEntry) {
         let timer = entry.timer
-        state.withLock { state in
-            timer.state.withLock { timerState in
+        state.locked { state in
+            timer.state.locked { timerState in
                 guard timerState.valid, timerState.loop === self,
                     timer.generation.load(ordering: .relaxed) == entry.generation
                 else { return }
@@ -286,7 +286,7 @@ extension RunLoop {
         if !poll {
             sleeping.store(true, ordering: .sequentiallyConsistent)
             if !wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
-                timeoutMs = state.withLock { state -> Int32 in
+                timeoutMs = state.locked { state -> Int32 in
                     let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
                     let deadline = min(timerDeadline, context.deadline)
                     guard deadline > LoopClock.now() else { return 0 }
@@ -315,7 +315,7 @@ extension RunLoop {
                 _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
-                state.withLock { $0.armedDeadline = LoopClock.never }
+                state.locked { $0.armedDeadline = LoopClock.never }
             default:
                 break
             }
@@ -340,7 +340,7 @@ extension RunLoop {
     private func endRun(_ context: inout RunContext) {
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
-        state.withLock { _ = $0.runningModes.popLast() }
+        state.locked { _ = $0.runningModes.popLast() }
         confined.spareScratch.append(context.scratch)
         context.scratch = RunScratch()
     }
@@ -350,7 +350,7 @@ extension RunLoop {
     @inline(__always)
     private func refreshItems(_ context: inout RunContext) {
         guard itemsVersion.load(ordering: .acquiring) != context.items.version else { return }
-        state.withLock { state in
+        state.locked { state in
             let mode = state.modes[context.modeIndex]
             context.items = ModeItems(
                 version: itemsVersion.load(ordering: .relaxed),
@@ -368,7 +368,7 @@ extension RunLoop {
         refreshItems(&context)
         if !context.items.sources.isEmpty || context.items.timerCount > 0 { return false }
         if pendingBlockCount.load(ordering: .acquiring) == 0 { return true }
-        return state.withLock { $0.isEmpty(context.modeIndex) }
+        return state.locked { $0.isEmpty(context.modeIndex) }
     }
 
     /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups

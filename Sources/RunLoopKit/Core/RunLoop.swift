@@ -91,7 +91,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     func preconditionOnOwnThread(_ function: StaticString) {
         guard !isCurrent else { return }
-        preconditionFailure(
+        // fatalError, not preconditionFailure: the message must name the threads in -O builds too.
+        fatalError(
             "RunLoop.\(function) called on thread '\(ThreadLoops.currentName())' (tid \(crlk_gettid())), but \(shortDescription) belongs to thread '\(ownerName)' (tid \(ownerTID)); a loop runs only on its own thread"
         )
     }
@@ -123,7 +124,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             return (sources, timers, observers)
         }
         for timer in timers {
-            timer.state.withLock { timer in
+            timer.state.locked { timer in
                 if timer.loop === self || timer.loop == nil {
                     timer.loop = nil
                     timer.modes.removeAll()
@@ -131,9 +132,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 }
             }
         }
-        for observer in observers { observer.registrations.withLock { $0.removeAll { $0.loop === self } } }
+        for observer in observers { observer.registrations.locked { $0.removeAll { $0.loop === self } } }
         for (source, mode) in sources {
-            source.registrations.withLock { $0.removeAll { $0.loop === self } }
+            source.registrations.locked { $0.removeAll { $0.loop === self } }
             source.cancelCallout?(self, mode)
         }
         waiter?.close()
@@ -143,17 +144,17 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// The mode of the innermost run in progress; nil when the loop is not running.
     public var currentMode: Mode? {
-        state.withLock { state -> Mode? in
+        state.locked { state -> Mode? in
             guard let index = state.runningModes.last else { return nil }
             return state.modes[index].name
         }
     }
 
     /// Every mode the loop has made (modes are made on first use and never removed).
-    public var allModes: Set<Mode> { state.withLock { Set($0.modes.map(\.name)) } }
+    public var allModes: Set<Mode> { state.locked { Set($0.modes.map(\.name)) } }
 
     /// The modes ``Mode/common`` stands for; starts as `[.default]`.
-    public var commonModes: Set<Mode> { state.withLock { Set($0.commonModes) } }
+    public var commonModes: Set<Mode> { state.locked { Set($0.commonModes) } }
 
     /// Makes `mode` common: every item added for ``Mode/common``, now and later, is in it too.
     /// Adding ``Mode/common`` itself, or a mode already common, does nothing.
@@ -176,21 +177,17 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         guard source.isValid else { return }
         let joined: [Mode] = mutatingItems { state in
             guard !state.tornDown else { return [] }
-            let joined = state.add(source, for: mode)
-            let stillValid = source.registrations.withLock { places in
-                // Checked under the registration lock, which invalidate() takes after clearing
-                // `valid`: either it sees this registration, or this sees `valid == false`.
+            // Registered first, under the source's lock, which invalidate() takes after clearing
+            // `valid`: either it sees this registration (and removes the source, after this
+            // lock is released), or this sees `valid == false` and adds nothing.
+            let accepted = source.registrations.locked { places -> Bool in
                 guard source.isValid else { return false }
                 if !places.contains(where: { $0.loop === self && $0.mode == mode }) {
                     places.append(ItemRegistration(loop: self, mode: mode))
                 }
                 return true
             }
-            if !stillValid {
-                _ = state.remove(source, for: mode)
-                return []
-            }
-            return joined
+            return accepted ? state.add(source, for: mode) : []
         }
         for joinedMode in joined { source.scheduleCallout?(self, joinedMode) }
     }
@@ -198,9 +195,14 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Removes a source from `mode` (``Mode/common``: from every common mode and from the common
     /// items); its cancel callback runs once per mode it leaves.
     public func remove(_ source: RunLoopSource, forMode mode: Mode) {
-        let left = mutatingItems { $0.remove(source, for: mode) }
-        if mode == .common || left.contains(mode) {
-            source.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+        let left = mutatingItems { state in
+            let left = state.remove(source, for: mode)
+            // Under the loop's lock, so a concurrent add of the same source and mode is ordered
+            // entirely before or after this removal.
+            if mode == .common || left.contains(mode) {
+                source.registrations.locked { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+            }
+            return left
         }
         for leftMode in left { source.cancelCallout?(self, leftMode) }
     }
@@ -208,7 +210,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Whether `source` is in `mode` (for ``Mode/common``: whether it was added for the common
     /// modes).
     public func contains(_ source: RunLoopSource, inMode mode: Mode) -> Bool {
-        state.withLock { $0.contains(source, in: mode) }
+        state.locked { $0.contains(source, in: mode) }
     }
 
     // MARK: Observers
@@ -219,7 +221,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         guard observer.isValid else { return }
         mutatingItems { state in
             guard !state.tornDown else { return }
-            let accepted = observer.registrations.withLock { places -> Bool in
+            let accepted = observer.registrations.locked { places -> Bool in
                 guard observer.isValid else { return false }
                 if places.contains(where: { $0.loop !== self }) { return false }
                 if !places.contains(where: { $0.mode == mode }) {
@@ -237,13 +239,15 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Removes an observer from `mode`.
     public func remove(_ observer: RunLoopObserver, forMode mode: Mode) {
-        mutatingItems { $0.remove(observer, for: mode) }
-        observer.registrations.withLock { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+        mutatingItems { state in
+            state.remove(observer, for: mode)
+            observer.registrations.locked { places in places.removeAll { $0.loop === self && $0.mode == mode } }
+        }
     }
 
     /// Whether `observer` is in `mode`.
     public func contains(_ observer: RunLoopObserver, inMode mode: Mode) -> Bool {
-        state.withLock { $0.contains(observer, in: mode) }
+        state.locked { $0.contains(observer, in: mode) }
     }
 
     // MARK: Timers
@@ -256,7 +260,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         var foreign = false
         mutatingItems { state in
             guard !state.tornDown else { return }
-            let earliest = timer.state.withLock { timerState -> Int64? in
+            let earliest = timer.state.locked { timerState -> Int64? in
                 guard timerState.valid else { return nil }
                 if let owner = timerState.loop, owner !== self {
                     foreign = true
@@ -297,7 +301,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Removes a timer from `mode` (it stays valid and can be added again).
     public func remove(_ timer: RunLoopTimer, forMode mode: Mode) {
         mutatingItems { state in
-            timer.state.withLock { timerState in
+            timer.state.locked { timerState in
                 guard timerState.loop === self else { return }
                 var indexes: [Int] = []
                 if mode == .common {
@@ -318,8 +322,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Whether `timer` is in `mode` (for ``Mode/common``: whether it was added for the common
     /// modes).
     public func contains(_ timer: RunLoopTimer, inMode mode: Mode) -> Bool {
-        state.withLock { state in
-            timer.state.withLock { timerState in
+        state.locked { state in
+            timer.state.locked { timerState in
                 guard timerState.loop === self else { return false }
                 if mode == .common { return timerState.inCommonModes }
                 guard let index = state.modeIndex[mode] else { return false }
@@ -331,7 +335,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// The earliest fire date of the valid timers in `mode`; nil if it has none (or for
     /// ``Mode/common``).
     public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
-        state.withLock { state in
+        state.locked { state in
             guard mode != .common, let index = state.modeIndex[mode] else { return nil }
             return state.modes[index].timers.peekLive().map { LoopClock.instant($0.fireNs) }
         }
@@ -340,7 +344,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Takes an invalidated timer out of every mode.
     func detach(_ timer: RunLoopTimer) {
         mutatingItems { state in
-            timer.state.withLock { timerState in
+            timer.state.locked { timerState in
                 guard timerState.loop === self else { return }
                 state.unschedule(timer, &timerState, from: timerState.modes)
                 if timerState.inCommonModes {
@@ -354,8 +358,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Moves a scheduled timer; returns false if it is no longer on this loop (the caller retries).
     func reschedule(_ timer: RunLoopTimer, fireNs: Int64?, toleranceNs: Int64?) -> Bool {
-        state.withLock { state in
-            let done = timer.state.withLock { timerState -> Bool in
+        state.locked { state in
+            let done = timer.state.locked { timerState -> Bool in
                 guard timerState.loop === self else { return false }
                 if let fireNs { timerState.fireNs = fireNs }
                 if let toleranceNs { timerState.toleranceNs = toleranceNs }
@@ -400,7 +404,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     public func perform(inModes modes: [Mode] = [.default], _ block: @escaping @Sendable () -> Void) {
         guard let first = modes.first else { return }
         let pending = PendingBlock(modes: modes.count == 1 ? .one(first) : .many(modes), body: block)
-        let accepted = state.withLock { state -> Bool in
+        let accepted = state.locked { state -> Bool in
             guard !state.tornDown else { return false }
             // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
             for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
@@ -420,7 +424,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     @discardableResult
     func mutatingItems<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
-        state.withLock { state in
+        state.locked { state in
             let result = body(&state)
             itemsVersion.add(1, ordering: .releasing)
             return result

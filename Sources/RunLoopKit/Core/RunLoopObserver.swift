@@ -46,7 +46,7 @@ public final class RunLoopObserver: Sendable, Hashable, CustomStringConvertible 
     /// inside any callback, its own included.
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        let places = registrations.withLock { list in
+        let places = registrations.locked { list in
             defer { list.removeAll() }
             return list
         }

@@ -63,7 +63,7 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
         signalled.store(false, ordering: .relaxed)
-        let places = registrations.withLock { list in
+        let places = registrations.locked { list in
             defer { list.removeAll() }
             return list
         }
@@ -91,5 +91,5 @@ struct ItemRegistration: Sendable {
 
 /// `0x…`: an object's address, for descriptions.
 func objectAddress(_ object: AnyObject) -> String {
-    "0x" + String(UInt(bitPattern: ObjectIdentifier(object).hashValue), radix: 16)
+    "0x" + String(UInt(bitPattern: ObjectIdentifier(object)), radix: 16)
 }

@@ -71,24 +71,24 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// The next fire date. Setting it reschedules the timer, from any thread, and wakes the loop
     /// when the timer becomes its earliest.
     public var fireDate: ContinuousClock.Instant {
-        get { LoopClock.instant(state.withLock { $0.fireNs }) }
+        get { LoopClock.instant(state.locked { $0.fireNs }) }
         set { reschedule(fireNs: LoopClock.nanoseconds(newValue), toleranceNs: nil) }
     }
 
     /// How late the timer may fire; negative values count as zero.
     public var tolerance: Duration {
-        get { .nanoseconds(state.withLock { $0.toleranceNs }) }
+        get { .nanoseconds(state.locked { $0.toleranceNs }) }
         set { reschedule(fireNs: nil, toleranceNs: max(0, newValue.saturatedNanoseconds)) }
     }
 
     /// Whether the timer is still usable; false after ``invalidate()`` or after a one-shot timer
     /// fired.
-    public var isValid: Bool { state.withLock { $0.valid } }
+    public var isValid: Bool { state.locked { $0.valid } }
 
     /// Removes the timer from its loop and stops it for good. Safe from any thread and from inside
     /// any callback, its own included.
     public func invalidate() {
-        let loop: RunLoop? = state.withLock { timer in
+        let loop: RunLoop? = state.locked { timer in
             guard timer.valid else { return nil }
             timer.valid = false
             generation.add(1, ordering: .releasing)
@@ -101,7 +101,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         while true {
             // An unscheduled timer is updated under its own lock; a scheduled one under its loop's,
             // which also moves its heap entries. Retry if it was scheduled in between.
-            let loop: RunLoop? = state.withLock { timer in
+            let loop: RunLoop? = state.locked { timer in
                 if let loop = timer.loop { return loop }
                 if let fireNs { timer.fireNs = fireNs }
                 if let toleranceNs { timer.toleranceNs = toleranceNs }
@@ -114,7 +114,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
 
     /// A short identity with the next fire date and interval.
     public var description: String {
-        let (fireNs, valid) = state.withLock { ($0.fireNs, $0.valid) }
+        let (fireNs, valid) = state.locked { ($0.fireNs, $0.valid) }
         let inNs = fireNs.subtractingSaturated(LoopClock.now())
         return
             "<RunLoopTimer \(objectAddress(self)) fires in \(formatNanoseconds(inNs)) interval \(interval) valid: \(valid)>"

@@ -3,31 +3,27 @@ import CRunLoopKit
 /// The loop's internal time base: nanoseconds on `CLOCK_BOOTTIME`, the clock Swift's
 /// `ContinuousClock` reads on Linux.
 ///
-/// `ContinuousClock.Instant` has no public raw value, so instants are converted through one
-/// anchor pair taken at first use: `ns = anchor.ns + (instant - anchor.instant)`. Both directions
-/// use the same anchor, so conversions round-trip exactly.
+/// `ContinuousClock.Instant` is a frozen struct holding one `Duration` since the clock's epoch
+/// (its ABI layout is fixed), so instants convert to and from nanoseconds exactly: an instant made
+/// from ``now()`` compares correctly with `ContinuousClock.now`.
 enum LoopClock {
     /// A deadline that never comes.
     static let never = Int64.max
-
-    private static let anchor: (instant: ContinuousClock.Instant, ns: Int64) = {
-        let instant = ContinuousClock.now
-        let ns = crlk_boottime_ns()
-        return (instant, ns)
-    }()
 
     /// Now, in nanoseconds (a vDSO read, no system call).
     @inline(__always)
     static func now() -> Int64 { crlk_boottime_ns() }
 
     /// Converts an instant to the loop's nanoseconds, saturating far past or future.
+    @inline(__always)
     static func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
-        anchor.ns.addingSaturated((instant - anchor.instant).saturatedNanoseconds)
+        unsafeBitCast(instant, to: Duration.self).saturatedNanoseconds
     }
 
     /// Converts the loop's nanoseconds back to an instant.
+    @inline(__always)
     static func instant(_ ns: Int64) -> ContinuousClock.Instant {
-        anchor.instant.advanced(by: .nanoseconds(ns.subtractingSaturated(anchor.ns)))
+        unsafeBitCast(Duration.nanoseconds(ns), to: ContinuousClock.Instant.self)
     }
 
     /// A deadline `duration` from `now`, with negative durations clamped to zero.

@@ -45,7 +45,7 @@ final class KernelWaiter: Sendable {
 
     /// Wakes the loop: makes its eventfd readable. Safe from any thread, after close too.
     func signal() {
-        closed.withLock { closed in
+        closed.locked { closed in
             guard !closed else { return }
             do throws(Errno) { try Syscall.eventFDSignal(wakeFD) } catch {
                 // Only EBADF/EINVAL are possible here, and they would be a bug in this type.
@@ -56,7 +56,7 @@ final class KernelWaiter: Sendable {
 
     /// Closes the descriptors; later signals do nothing.
     func close() {
-        closed.withLock { closed in
+        closed.locked { closed in
             guard !closed else { return }
             closed = true
             Syscall.close(epollFD)

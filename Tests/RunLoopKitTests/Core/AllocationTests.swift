@@ -18,26 +18,26 @@ import class RunLoopKit.RunLoop
             let counted = Mutex(-1)
             let sourceBox = Mutex<RunLoopSource?>(nil)
             let source = RunLoopSource {
-                let pass = passes.withLock { value -> Int in
+                let pass = passes.locked { value -> Int in
                     value += 1
                     return value
                 }
                 if pass == 1_000 { alloc_counter_start() }
                 if pass == 11_000 {
-                    counted.withLock { $0 = alloc_counter_stop() }
+                    counted.locked { $0 = alloc_counter_stop() }
                     RunLoop.current.stop()
                     return
                 }
-                sourceBox.withLock { $0?.signal() }
+                sourceBox.locked { $0?.signal() }
             }
-            sourceBox.withLock { $0 = source }
+            sourceBox.locked { $0 = source }
             let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
             loop.add(source, forMode: .default)
             loop.add(observer, forMode: .default)
             source.signal()
             loop.run(mode: .default, for: .seconds(30))
             source.invalidate()
-            return counted.withLock { $0 }
+            return counted.locked { $0 }
         }
         #expect(allocations == 0)
     }
@@ -50,13 +50,13 @@ import class RunLoopKit.RunLoop
             let fires = Mutex(0)
             let counted = Mutex(-1)
             let timer = RunLoopTimer(after: .microseconds(200), repeating: .microseconds(200)) { timer in
-                let fire = fires.withLock { value -> Int in
+                let fire = fires.locked { value -> Int in
                     value += 1
                     return value
                 }
                 if fire == 50 { alloc_counter_start() }
                 if fire == 150 {
-                    counted.withLock { $0 = alloc_counter_stop() }
+                    counted.locked { $0 = alloc_counter_stop() }
                     timer.invalidate()
                 }
             }
@@ -64,7 +64,7 @@ import class RunLoopKit.RunLoop
             loop.add(timer, forMode: .default)
             loop.add(observer, forMode: .default)
             loop.run(mode: .default, for: .seconds(30))
-            return counted.withLock { $0 }
+            return counted.locked { $0 }
         }
         #expect(allocations == 0)
     }

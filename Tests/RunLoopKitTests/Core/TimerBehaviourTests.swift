@@ -17,8 +17,8 @@ import class RunLoopKit.RunLoop
             let fires = Mutex<[ContinuousClock.Instant]>([])
             let nextAfterFirst = Mutex<Int64>(0)
             let timer = RunLoopTimer(fireAt: first, interval: .nanoseconds(interval)) { timer in
-                fires.withLock { $0.append(.now) }
-                if fires.withLock({ $0.count }) == 1 {
+                fires.locked { $0.append(.now) }
+                if fires.locked({ $0.count }) == 1 {
                     // Overrun: three and a half intervals.
                     let until = ContinuousClock.now + .milliseconds(70)
                     while ContinuousClock.now < until {}
@@ -28,16 +28,16 @@ import class RunLoopKit.RunLoop
                 }
             }
             let observer = RunLoopObserver(activities: .beforeWaiting) { _, _ in
-                if fires.withLock({ $0.count }) == 1, nextAfterFirst.withLock({ $0 }) == 0 {
-                    nextAfterFirst.withLock { $0 = LoopClock.nanoseconds(timer.fireDate) }
+                if fires.locked({ $0.count }) == 1, nextAfterFirst.locked({ $0 }) == 0 {
+                    nextAfterFirst.locked { $0 = LoopClock.nanoseconds(timer.fireDate) }
                 }
             }
             loop.add(timer, forMode: .default)
             loop.add(observer, forMode: .default)
             loop.run(mode: .default, for: .seconds(5))
             let firstNs = LoopClock.nanoseconds(first)
-            let secondFire = fires.withLock { LoopClock.nanoseconds($0.last!) }
-            return (firstNs, nextAfterFirst.withLock { $0 }, secondFire, fires.withLock { $0.count })
+            let secondFire = fires.locked { LoopClock.nanoseconds($0.last!) }
+            return (firstNs, nextAfterFirst.locked { $0 }, secondFire, fires.locked { $0.count })
         }
         guard let (first, next, secondFire, count) = result else {
             Issue.record("the loop thread did not finish")
@@ -66,17 +66,17 @@ import class RunLoopKit.RunLoop
                 let due = start + .microseconds(index * 100)
                 let timer = RunLoopTimer(fireAt: due, tolerance: .milliseconds(10)) { _ in
                     let late = LoopClock.now() - LoopClock.nanoseconds(due)
-                    maxLate.withLock { $0 = max($0, late) }
-                    fired.withLock { $0 += 1 }
+                    maxLate.locked { $0 = max($0, late) }
+                    fired.locked { $0 += 1 }
                 }
                 loop.add(timer, forMode: .default)
             }
-            let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in wakeups.withLock { $0 += 1 } }
+            let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in wakeups.locked { $0 += 1 } }
             loop.add(observer, forMode: .default)
             // The run finishes when the last one-shot timer has fired and the mode is empty.
             let outcome = loop.run(mode: .default, for: .seconds(5))
             #expect(outcome == .finished)
-            return (wakeups.withLock { $0 }, fired.withLock { $0 }, maxLate.withLock { $0 })
+            return (wakeups.locked { $0 }, fired.locked { $0 }, maxLate.locked { $0 })
         }
         guard let result else {
             Issue.record("the loop thread did not finish")

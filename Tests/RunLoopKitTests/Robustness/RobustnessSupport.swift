@@ -1,0 +1,85 @@
+import CRunLoopKit
+import Glibc
+import Synchronization
+import Testing
+
+@testable import RunLoopKit
+
+/// Issue 2's robustness tests: stress, thread exit, bad input, lost wakeups.
+///
+/// The suites are serialized among themselves: several of them load both cores for seconds, and
+/// their time bounds assume they do not compete with each other. Iteration counts scale with
+/// `RUNLOOPKIT_STRESS_SCALE` (default 1; 0.1 under a sanitizer) and time-boxed phases with
+/// `RUNLOOPKIT_STRESS_SECONDS`.
+@Suite(.serialized) struct Robustness {}
+
+/// A loop on a dedicated thread: `setup` runs on that thread with `RunLoop.current`, then the loop
+/// is published, then `body` runs (typically the loop's runs) until it returns.
+final class LoopHost: @unchecked Sendable {
+    let thread: TestThread
+    let loop: RunLoop
+
+    private init(thread: TestThread, loop: RunLoop) {
+        self.thread = thread
+        self.loop = loop
+    }
+
+    /// Starts the thread and waits (bounded) until its loop exists; nil (with an issue) on timeout.
+    static func start(
+        name: String,
+        sourceLocation: SourceLocation = #_sourceLocation,
+        setup: @escaping @Sendable (RunLoop) -> Void = { _ in },
+        body: @escaping @Sendable (RunLoop) -> Void
+    ) -> LoopHost? {
+        _ = TestLog.recorder
+        let published = TestMonitor<RunLoop?>(nil)
+        let thread = TestThread(name: name) {
+            let loop = RunLoop.current
+            setup(loop)
+            published.update { $0 = loop }
+            body(loop)
+        }
+        guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
+            Issue.record("loop thread '\(name)' did not start", sourceLocation: sourceLocation)
+            return nil
+        }
+        return LoopHost(thread: thread, loop: loop)
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64), so a failing stress run can be replayed.
+struct SplitMix: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// True with probability 1/n.
+    mutating func oneIn(_ n: UInt64) -> Bool { next() % n == 0 }
+
+    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
+
+/// A seed for this run: `RUNLOOPKIT_STRESS_SEED` if set, else from the clock.
+func stressSeed() -> UInt64 {
+    if let raw = getenv("RUNLOOPKIT_STRESS_SEED"), let seed = UInt64(String(cString: raw)) { return seed }
+    return UInt64(bitPattern: crlk_boottime_ns())
+}
+
+/// Seconds since `start`, for reports.
+func secondsSince(_ start: ContinuousClock.Instant) -> Double {
+    let (seconds, attoseconds) = (ContinuousClock.now - start).components
+    return Double(seconds) + Double(attoseconds) / 1e18
+}
+
+/// Writes `text` to the standard error descriptor directly (unbuffered).
+func writeToStandardError(_ text: String) {
+    var text = text
+    text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+}

@@ -1,0 +1,335 @@
+@testable import RunLoopKit
+import CRunLoopKit
+import Glibc
+import Logging
+import Synchronization
+import Testing
+
+// Dedicated threads for tests, bounded waits, a condition-variable monitor, stress scaling, and
+// the process-wide swift-log recorder.
+//
+// Run loops block their thread, so tests run them on the pthreads made here, never on the Swift
+// concurrency pool's threads. Every wait has a timeout: a test that would hang fails instead.
+
+// MARK: - Threads
+
+/// A dedicated, joinable pthread running one closure.
+///
+/// ```swift
+/// let thread = TestThread(name: "worker") { work() }
+/// #expect(thread.join(timeout: .seconds(5)))
+/// ```
+///
+/// ``join(timeout:)`` returns only after the thread has fully exited, thread-local destructors
+/// (and so a ``RunLoop``'s teardown) included.
+final class TestThread: @unchecked Sendable {
+    /// The thread's kernel id, known once it has started (see ``started``).
+    let started = TestMonitor<Int32?>(nil)
+    private let exited = TestMonitor(false)
+    private let handle: pthread_t
+    private let joined = Atomic<Bool>(false)
+
+    /// Starts `body` on a new thread named `name` (the kernel keeps 15 characters).
+    init(name: String, stackSize: Int = 512 * 1024, _ body: @escaping @Sendable () -> Void) {
+        let box = ThreadStart(name: name, body: body, started: started)
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setstacksize(&attributes, stackSize)
+        var thread = pthread_t()
+        let status = pthread_create(
+            &thread, &attributes,
+            { raw in
+                let box = Unmanaged<ThreadStart>.fromOpaque(raw!).takeRetainedValue()
+                _ = crlk_set_thread_name(box.name)
+                box.started.update { $0 = crlk_gettid() }
+                box.body()
+                return nil
+            }, Unmanaged.passRetained(box).toOpaque())
+        precondition(status == 0, "pthread_create failed: \(status)")
+        handle = thread
+        // A helper joins the thread so that a bounded wait can observe its full exit.
+        let exited = self.exited
+        var joiner = pthread_t()
+        let joinBox = JoinStart(target: thread, exited: exited)
+        let joinStatus = pthread_create(
+            &joiner, nil,
+            { raw in
+                let box = Unmanaged<JoinStart>.fromOpaque(raw!).takeRetainedValue()
+                pthread_join(box.target, nil)
+                box.exited.update { $0 = true }
+                return nil
+            }, Unmanaged.passRetained(joinBox).toOpaque())
+        precondition(joinStatus == 0, "pthread_create failed: \(joinStatus)")
+        pthread_detach(joiner)
+    }
+
+    /// The thread's kernel id; waits (bounded) for the thread to start.
+    func tid(timeout: Duration = .seconds(10)) -> Int32? {
+        guard started.wait(timeout: timeout, until: { $0 != nil }) else { return nil }
+        return started.read { $0 }
+    }
+
+    /// Waits until the thread has exited (destructors included). Returns false on timeout.
+    @discardableResult
+    func join(timeout: Duration) -> Bool {
+        exited.wait(timeout: timeout) { $0 }
+    }
+
+    /// Waits, without blocking a concurrency-pool thread, until the thread has exited.
+    func joinAsync(timeout: Duration) async -> Bool {
+        await exited.waitAsync(timeout: timeout) { $0 }
+    }
+
+    /// Whether the thread has exited.
+    var hasExited: Bool { exited.read { $0 } }
+}
+
+private final class ThreadStart: @unchecked Sendable {
+    let name: String
+    let body: @Sendable () -> Void
+    let started: TestMonitor<Int32?>
+    init(name: String, body: @escaping @Sendable () -> Void, started: TestMonitor<Int32?>) {
+        self.name = name
+        self.body = body
+        self.started = started
+    }
+}
+
+private final class JoinStart: @unchecked Sendable {
+    let target: pthread_t
+    let exited: TestMonitor<Bool>
+    init(target: pthread_t, exited: TestMonitor<Bool>) {
+        self.target = target
+        self.exited = exited
+    }
+}
+
+/// Runs closures on fresh dedicated threads and waits for them with a timeout that fails the test.
+enum TestThreads {
+    /// Runs `body` on a fresh thread and waits (without blocking the concurrency pool) until the
+    /// thread has exited; returns the body's value, or nil (recording an issue) on timeout.
+    static func run<T: Sendable>(
+        name: String = "rlk-test",
+        timeout: Duration = .seconds(30),
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ body: @escaping @Sendable () -> T
+    ) async -> T? {
+        _ = TestLog.recorder
+        let result = Mutex<T?>(nil)
+        let thread = TestThread(name: name) {
+            let value = body()
+            result.locked { $0 = value }
+        }
+        guard await thread.joinAsync(timeout: timeout) else {
+            Issue.record("thread '\(name)' did not finish within \(timeout)", sourceLocation: sourceLocation)
+            return nil
+        }
+        return result.locked { $0 }
+    }
+
+    /// The same, blocking the calling thread (for use on dedicated threads only).
+    static func runBlocking<T: Sendable>(
+        name: String = "rlk-test",
+        timeout: Duration = .seconds(30),
+        _ body: @escaping @Sendable () -> T
+    ) -> T? {
+        let result = Mutex<T?>(nil)
+        let thread = TestThread(name: name) {
+            let value = body()
+            result.locked { $0 = value }
+        }
+        guard thread.join(timeout: timeout) else { return nil }
+        return result.locked { $0 }
+    }
+
+    /// Whether the process runs under ThreadSanitizer or AddressSanitizer.
+    static let sanitized: Bool = {
+        dlsym(nil, "__tsan_init") != nil || dlsym(nil, "__asan_init") != nil
+    }()
+
+    /// Whether the process runs under ThreadSanitizer.
+    static let underTSan: Bool = { dlsym(nil, "__tsan_init") != nil }()
+
+    /// Scales iteration counts: `RUNLOOPKIT_STRESS_SCALE` if set, else 1 (0.1 under a sanitizer).
+    static let stressScale: Double = {
+        if let raw = getenv("RUNLOOPKIT_STRESS_SCALE"), let value = Double(String(cString: raw)), value > 0 {
+            return value
+        }
+        return sanitized ? 0.1 : 1
+    }()
+
+    /// `count` scaled by ``stressScale``, at least `minimum`.
+    static func scaled(_ count: Int, minimum: Int = 1) -> Int {
+        max(minimum, Int((Double(count) * stressScale).rounded()))
+    }
+
+    /// How long time-boxed stress phases run: `RUNLOOPKIT_STRESS_SECONDS` if set, else `fallback`.
+    static func stressDuration(_ fallback: Duration) -> Duration {
+        if let raw = getenv("RUNLOOPKIT_STRESS_SECONDS"), let value = Double(String(cString: raw)), value > 0 {
+            return .milliseconds(Int64(value * 1000))
+        }
+        return fallback
+    }
+
+    /// The number of open file descriptors of the process.
+    static func openFileDescriptors() -> Int { Int(crlk_count_open_fds()) }
+}
+
+// MARK: - Monitor
+
+/// A value guarded by a pthread mutex, with a condition variable (on `CLOCK_MONOTONIC`) for
+/// bounded waits on a predicate. Every ``update(_:)`` wakes the waiters.
+final class TestMonitor<State>: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let condition: UnsafeMutablePointer<pthread_cond_t>
+    private var state: State
+
+    init(_ initial: State) {
+        state = initial
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+        condition = .allocate(capacity: 1)
+        condition.initialize(to: pthread_cond_t())
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    /// Changes the state and wakes every waiter.
+    @discardableResult
+    func update<R>(_ body: (inout State) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer {
+            pthread_cond_broadcast(condition)
+            pthread_mutex_unlock(mutex)
+        }
+        return try body(&state)
+    }
+
+    /// Reads the state.
+    func read<R>(_ body: (State) throws -> R) rethrows -> R {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(state)
+    }
+
+    /// Blocks until `predicate` holds or `timeout` passes; returns whether it holds.
+    func wait(timeout: Duration, until predicate: (State) -> Bool) -> Bool {
+        var deadline = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &deadline)
+        let (seconds, attoseconds) = max(timeout, .zero).components
+        let nanoseconds = Int(deadline.tv_nsec) + Int(attoseconds / 1_000_000_000)
+        deadline.tv_sec += Int(seconds) + nanoseconds / 1_000_000_000
+        deadline.tv_nsec = nanoseconds % 1_000_000_000
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !predicate(state) {
+            if pthread_cond_timedwait(condition, mutex, &deadline) == ETIMEDOUT { return predicate(state) }
+        }
+        return true
+    }
+
+    /// Waits on a helper thread, so that the caller's concurrency-pool thread is not blocked.
+    func waitAsync(timeout: Duration, until predicate: @escaping @Sendable (State) -> Bool) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let box = WaitStart { [self] in
+                continuation.resume(returning: self.wait(timeout: timeout, until: predicate))
+            }
+            var thread = pthread_t()
+            let status = pthread_create(
+                &thread, nil,
+                { raw in
+                    Unmanaged<WaitStart>.fromOpaque(raw!).takeRetainedValue().body()
+                    return nil
+                }, Unmanaged.passRetained(box).toOpaque())
+            precondition(status == 0, "pthread_create failed: \(status)")
+            pthread_detach(thread)
+        }
+    }
+}
+
+private final class WaitStart: @unchecked Sendable {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
+
+/// A one-shot event with bounded waits.
+typealias TestEvent = TestMonitor<Bool>
+
+extension TestMonitor where State == Bool {
+    convenience init() { self.init(false) }
+
+    /// Sets the event.
+    func fire() { update { $0 = true } }
+
+    /// Waits until the event is set; false on timeout.
+    func wait(timeout: Duration) -> Bool { wait(timeout: timeout) { $0 } }
+}
+
+// MARK: - Recording logs
+
+/// The process's swift-log backend for tests: records every message (and forwards nothing).
+///
+/// `LoggingSystem.bootstrap` may run only once per process, so every test that inspects
+/// RunLoopKit's messages goes through ``TestLog/recorder``, whose initialiser bootstraps.
+enum TestLog {
+    struct Entry: Sendable {
+        let label: String
+        let level: Logger.Level
+        let message: String
+    }
+
+    /// The recorder; the first use bootstraps `LoggingSystem`.
+    static let recorder: LogRecorder = {
+        let recorder = LogRecorder()
+        LoggingSystem.bootstrap { label in RecordingLogHandler(label: label, recorder: recorder) }
+        return recorder
+    }()
+
+    /// The recorded messages that contain every string of `needles`.
+    static func messages(containing needles: String...) -> [Entry] {
+        recorder.entries.locked { entries in
+            entries.filter { entry in needles.allSatisfy { entry.message.contains($0) } }
+        }
+    }
+}
+
+final class LogRecorder: Sendable {
+    /// The last 100,000 messages.
+    let entries = Mutex<[Entry]>([])
+    typealias Entry = TestLog.Entry
+
+    func record(_ entry: Entry) {
+        entries.locked { entries in
+            if entries.count >= 100_000 { entries.removeFirst(entries.count / 2) }
+            entries.append(entry)
+        }
+    }
+}
+
+struct RecordingLogHandler: LogHandler {
+    let label: String
+    let recorder: LogRecorder
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        recorder.record(.init(label: label, level: event.level, message: "\(event.message)"))
+    }
+}
