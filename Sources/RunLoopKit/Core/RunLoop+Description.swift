@@ -6,7 +6,8 @@ extension RunLoop {
     public var description: String {
         let snapshot = state.locked { state in
             (
-                state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name }, state.commonSources.count,
+                state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name },
+                state.commonSources.count,
                 state.commonTimers.count, state.commonObservers.count, state.blocks.count
             )
         }

@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 
 import class RunLoopKit.RunLoop
+
 @testable import RunLoopKit
 
 /// A steady-state pass of the loop allocates nothing (DESIGN §4). Counted by interposing malloc

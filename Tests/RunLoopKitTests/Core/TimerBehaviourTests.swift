@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 import class RunLoopKit.RunLoop
+
 @testable import RunLoopKit
 
 /// Timer behaviour that needs a real loop: phase-keeping repeats, tolerance coalescing.

@@ -4,9 +4,9 @@ import Glibc
 import Synchronization
 import Testing
 
-@testable import RunLoopKit
-
 import class RunLoopKit.RunLoop
+
+@testable import RunLoopKit
 
 // Bad input gets a clear error and the loop keeps running (DESIGN §5): a foreign thread running a
 // loop, running in `.common`, negative durations, adding invalidated items.
@@ -222,7 +222,8 @@ extension Robustness {
                 let loop = RunLoop.current
                 loop.add(RunLoopSource {}, forMode: .default)
                 let fired = Atomic<Int>(0)
-                let timer = RunLoopTimer(after: .zero, repeating: .seconds(-1)) { _ in fired.add(1, ordering: .relaxed) }
+                let timer = RunLoopTimer(after: .zero, repeating: .seconds(-1)) { _ in fired.add(1, ordering: .relaxed)
+                }
                 let direct = RunLoopTimer(fireAt: .now, interval: .milliseconds(-1)) { _ in }
                 loop.add(timer, forMode: .default)
                 loop.run(mode: .default, for: .seconds(-1))

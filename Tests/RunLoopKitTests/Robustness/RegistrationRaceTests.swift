@@ -36,7 +36,8 @@ extension Robustness {
                             : nil
                     })
             }
-            #expect(outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+            #expect(
+                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
         }
 
         /// The same race on `.common`.
@@ -50,10 +51,12 @@ extension Robustness {
                     check: {
                         source.invalidate()
                         let stillThere = [RunLoop.Mode.common, .default].filter { loop.contains(source, inMode: $0) }
-                        return stillThere.isEmpty ? nil : "round \(round): after invalidate() the source is in \(stillThere)"
+                        return stillThere.isEmpty
+                            ? nil : "round \(round): after invalidate() the source is in \(stillThere)"
                     })
             }
-            #expect(outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+            #expect(
+                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
         }
 
         /// A source is in `.default`; thread A invalidates it while thread B adds it to `.default`
@@ -72,13 +75,16 @@ extension Robustness {
                     adder: { loop.add(source, forMode: .default) },
                     check: {
                         let stillThere = loop.contains(source, inMode: .default)
-                        let (schedules, cancels) = (scheduled.load(ordering: .relaxed), cancelled.load(ordering: .relaxed))
+                        let (schedules, cancels) = (
+                            scheduled.load(ordering: .relaxed), cancelled.load(ordering: .relaxed)
+                        )
                         return stillThere || schedules != cancels
                             ? "round \(round): in the mode after invalidate(): \(stillThere); \(schedules) schedules, \(cancels) cancels"
                             : nil
                     })
             }
-            #expect(outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+            #expect(
+                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
         }
 
         /// The same race for an observer.
@@ -95,7 +101,8 @@ extension Robustness {
                             ? "round \(round): after invalidate() the observer is still in the mode" : nil
                     })
             }
-            #expect(outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+            #expect(
+                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
         }
 
         /// The same race for a timer (its membership is kept under both locks: a control).
@@ -108,11 +115,13 @@ extension Robustness {
                     adder: { loop.add(timer, forMode: .default) },
                     check: {
                         timer.invalidate()
-                        return loop.contains(timer, inMode: .default) || loop.nextTimerFireDate(forMode: .default) != nil
+                        return loop.contains(timer, inMode: .default)
+                            || loop.nextTimerFireDate(forMode: .default) != nil
                             ? "round \(round): after invalidate() the timer is still in the mode" : nil
                     })
             }
-            #expect(outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+            #expect(
+                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
         }
     }
 }
@@ -190,6 +199,8 @@ func raceRounds(
     let otherFinished = await other.joinAsync(timeout: .seconds(120))
     release.fire()
     _ = await host.thread.joinAsync(timeout: .seconds(10))
-    guard finished && otherFinished else { return RaceOutcome(rounds: 0, failures: 1, first: "the racers did not finish") }
+    guard finished && otherFinished else {
+        return RaceOutcome(rounds: 0, failures: 1, first: "the racers did not finish")
+    }
     return shared.outcome
 }

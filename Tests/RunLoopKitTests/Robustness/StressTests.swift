@@ -22,7 +22,9 @@ extension Robustness {
                 let other = LoopHost.start(
                     name: "rlk-stress-b",
                     body: { loop in
-                        while !world.finishing.load(ordering: .acquiring) { loop.run(mode: .default, for: .milliseconds(10)) }
+                        while !world.finishing.load(ordering: .acquiring) {
+                            loop.run(mode: .default, for: .milliseconds(10))
+                        }
                         _ = world.released.wait(timeout: .seconds(120))
                     })
             else { return }
@@ -45,40 +47,52 @@ extension Robustness {
                 }
             }
             var workersDone = true
-            for worker in workers { workersDone = await worker.joinAsync(timeout: duration + .seconds(60)) && workersDone }
+            for worker in workers {
+                workersDone = await worker.joinAsync(timeout: duration + .seconds(60)) && workersDone
+            }
             #expect(workersDone, "the workers finished (no deadlock) (seed \(seed))")
             world.finishing.store(true, ordering: .releasing)
             host.loop.wakeUp()
             #expect(await world.drained.waitAsync(timeout: .seconds(60)) { $0 }, "the loop drained (seed \(seed))")
 
             // Membership, checked while both loops live (a thread's exit removes everything).
-            let modes: [RunLoop.Mode] = [.default, .common, StressWorld.nested, StressWorld.extra, StressWorld.lateCommon]
+            let modes: [RunLoop.Mode] = [
+                .default, .common, StressWorld.nested, StressWorld.extra, StressWorld.lateCommon,
+            ]
             var unbalanced: [String] = []
             var stillIn: [String] = []
             for (index, tracked) in world.allSources.locked({ $0 }).enumerated() {
                 #expect(!tracked.source.isValid)
                 let schedules = tracked.scheduled.load(ordering: .relaxed)
                 let cancels = tracked.cancelled.load(ordering: .relaxed)
-                if schedules != cancels { unbalanced.append("source \(index): \(schedules) schedules, \(cancels) cancels") }
+                if schedules != cancels {
+                    unbalanced.append("source \(index): \(schedules) schedules, \(cancels) cancels")
+                }
                 for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(tracked.source, inMode: mode) { stillIn.append("source \(index) in \(mode)") }
+                    for mode in modes where loop.contains(tracked.source, inMode: mode) {
+                        stillIn.append("source \(index) in \(mode)")
+                    }
                 }
             }
             for (index, timer) in world.allTimers.locked({ $0 }).enumerated() {
                 for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(timer, inMode: mode) { stillIn.append("timer \(index) in \(mode)") }
+                    for mode in modes where loop.contains(timer, inMode: mode) {
+                        stillIn.append("timer \(index) in \(mode)")
+                    }
                 }
             }
             for (index, observer) in world.allObservers.locked({ $0 }).enumerated() {
                 for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(observer, inMode: mode) { stillIn.append("observer \(index) in \(mode)") }
+                    for mode in modes where loop.contains(observer, inMode: mode) {
+                        stillIn.append("observer \(index) in \(mode)")
+                    }
                 }
             }
-            #expect(unbalanced.isEmpty, "schedule and cancel callbacks balance: \(unbalanced.prefix(10)) (seed \(seed))")
+            #expect(
+                unbalanced.isEmpty, "schedule and cancel callbacks balance: \(unbalanced.prefix(10)) (seed \(seed))")
             #expect(stillIn.isEmpty, "invalidated items are gone: \(stillIn.prefix(10)) (seed \(seed))")
             #expect(!host.loop.allModes.contains(.common), ".common is never a real mode (seed \(seed))")
             #expect(host.loop.allModes.isSubset(of: Set(modes)), comment)
-
 
             // Still responsive: a block, a timer and a source, each within a bound.
             let loop = host.loop
@@ -93,7 +107,8 @@ extension Robustness {
             loop.add(probe, forMode: .default)
             probe.signal()
             loop.wakeUp()
-            #expect(await performed.waitAsync(timeout: .seconds(10)) { $0 }, "a signalled source performs (seed \(seed))")
+            #expect(
+                await performed.waitAsync(timeout: .seconds(10)) { $0 }, "a signalled source performs (seed \(seed))")
 
             loop.perform {
                 world.finalStop.store(true, ordering: .releasing)
@@ -109,10 +124,18 @@ extension Robustness {
             let runs = world.blockRuns.locked { Array($0.prefix(submitted)) }
             let notRun = runs.filter { $0 == 0 }.count
             let ranTwice = runs.filter { $0 > 1 }.count
-            #expect(notRun == 0 && ranTwice == 0, "every block ran exactly once: \(notRun) never, \(ranTwice) more than once of \(submitted) (seed \(seed))")
-            #expect(world.offThread.load(ordering: .relaxed) == 0, "callbacks run on their loop's thread (seed \(seed))")
-            #expect(world.modeMismatches.load(ordering: .relaxed) == 0, "currentMode is the innermost run's mode (seed \(seed))")
-            #expect(world.finalCurrentMode.locked { $0 } == .some(nil), "currentMode is nil once the runs returned (seed \(seed))")
+            #expect(
+                notRun == 0 && ranTwice == 0,
+                "every block ran exactly once: \(notRun) never, \(ranTwice) more than once of \(submitted) (seed \(seed))"
+            )
+            #expect(
+                world.offThread.load(ordering: .relaxed) == 0, "callbacks run on their loop's thread (seed \(seed))")
+            #expect(
+                world.modeMismatches.load(ordering: .relaxed) == 0,
+                "currentMode is the innermost run's mode (seed \(seed))")
+            #expect(
+                world.finalCurrentMode.locked { $0 } == .some(nil),
+                "currentMode is nil once the runs returned (seed \(seed))")
 
             // The stress did stress.
             let counts = world.counts()
@@ -208,7 +231,10 @@ final class StressWorld: @unchecked Sendable {
             count("outer run \(result)")
             if took > timeout + .milliseconds(500) {
                 count("outer runs overran")
-                counters.locked { $0["longest outer run ms"] = max($0["longest outer run ms", default: 0], Int(took / .milliseconds(1))) }
+                counters.locked {
+                    $0["longest outer run ms"] = max(
+                        $0["longest outer run ms", default: 0], Int(took / .milliseconds(1)))
+                }
             }
         }
         // Drain: invalidate every item, then run every mode until every block has run.
@@ -225,12 +251,16 @@ final class StressWorld: @unchecked Sendable {
             }
         }
         drained.fire()
-        while !finalStop.load(ordering: .acquiring) { run(loop, .default, .seconds(30), returnAfterSourceHandled: false) }
+        while !finalStop.load(ordering: .acquiring) {
+            run(loop, .default, .seconds(30), returnAfterSourceHandled: false)
+        }
         finalCurrentMode.locked { $0 = .some(loop.currentMode) }
     }
 
     @discardableResult
-    private func run(_ loop: RunLoop, _ mode: RunLoop.Mode, _ timeout: Duration, returnAfterSourceHandled: Bool)
+    private func run(
+        _ loop: RunLoop, _ mode: RunLoop.Mode, _ timeout: Duration, returnAfterSourceHandled: Bool
+    )
         -> RunLoop.RunResult
     {
         modeStack.append(mode)
@@ -419,7 +449,9 @@ final class StressWorld: @unchecked Sendable {
                 }
             case 12:
                 if random.oneIn(2) {
-                    if let observer = take(liveObservers, &random, remove: false) { target.remove(observer, forMode: mode) }
+                    if let observer = take(liveObservers, &random, remove: false) {
+                        target.remove(observer, forMode: mode)
+                    }
                 } else {
                     take(liveObservers, &random, remove: true)?.invalidate()
                 }
@@ -437,7 +469,9 @@ final class StressWorld: @unchecked Sendable {
                 case 0: if let source = take(liveSources, &random, remove: false) { target.add(source, forMode: mode) }
                 case 1: if let timer = take(liveTimers, &random, remove: false) { target.add(timer, forMode: mode) }
                 default:
-                    if let observer = take(liveObservers, &random, remove: false) { target.add(observer, forMode: mode) }
+                    if let observer = take(liveObservers, &random, remove: false) {
+                        target.add(observer, forMode: mode)
+                    }
                 }
             case 19:
                 if !madeCommon, index == 0 || random.oneIn(1000) {

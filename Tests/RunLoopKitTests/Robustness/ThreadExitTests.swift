@@ -45,7 +45,8 @@ extension Robustness {
             let cancels = Mutex<[Event]>([])
             let exitMode: RunLoop.Mode = "RobustnessExit"
             let source = RunLoopSource(
-                onSchedule: { _, mode in schedules.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) } },
+                onSchedule: { _, mode in schedules.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) }
+                },
                 onCancel: { _, mode in cancels.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) } },
                 perform: {})
             let commonSource = RunLoopSource(onCancel: { _, mode in
@@ -74,7 +75,10 @@ extension Robustness {
             }
             let scheduled = Set(schedules.locked { $0 })
             let cancelled = cancels.locked { $0 }
-            #expect(scheduled == [Event(tid: tid, mode: RunLoop.Mode.default.rawValue), Event(tid: tid, mode: exitMode.rawValue)])
+            #expect(
+                scheduled == [
+                    Event(tid: tid, mode: RunLoop.Mode.default.rawValue), Event(tid: tid, mode: exitMode.rawValue),
+                ])
             #expect(
                 Set(cancelled)
                     == [

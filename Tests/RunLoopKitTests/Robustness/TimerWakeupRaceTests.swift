@@ -55,7 +55,7 @@ extension Robustness {
                     loop.wakeUp()
                     // 3. Meanwhile Y, due just after X was, is added.
                     var sink = 0
-                        for index in 0..<(trial % 100) * 8 { sink &+= index }
+                    for index in 0..<(trial % 100) * 8 { sink &+= index }
                     withExtendedLifetime(sink) {}
                     let target = trial + 1
                     let y = RunLoopTimer(fireAt: x.fireDate + .microseconds(300)) { _ in
@@ -64,7 +64,8 @@ extension Robustness {
                     loop.add(y, forMode: .default)
                     let due = y.fireDate
                     if !shared.fired.wait(timeout: .milliseconds(500), until: { $0 >= target }) {
-                        late.append("trial \(trial): a timer due \(due) did not fire within 500 ms; loop: \(loop.description)")
+                        late.append(
+                            "trial \(trial): a timer due \(due) did not fire within 500 ms; loop: \(loop.description)")
                         y.invalidate()
                         loop.wakeUp()
                         _ = shared.fired.wait(timeout: .seconds(1), until: { $0 >= target })

@@ -1,9 +1,10 @@
-@testable import RunLoopKit
 import CRunLoopKit
 import Glibc
 import Logging
 import Synchronization
 import Testing
+
+@testable import RunLoopKit
 
 // Dedicated threads for tests, bounded waits, a condition-variable monitor, stress scaling, and
 // the process-wide swift-log recorder.
