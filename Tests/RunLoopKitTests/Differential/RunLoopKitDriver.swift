@@ -91,10 +91,17 @@ final class RLKLoopDriver: LoopDriver {
         _ handler: @escaping @Sendable (any DiffTimer) -> Void
     ) -> any DiffTimer {
         let h = RLKDiffTimer(epoch: epoch)
+        // The handler gets a fresh view of the timer it is passed, not `h`: capturing `h` (which
+        // holds the timer) would make a reference cycle that leaks every timer.
+        let epoch = self.epoch
         h.timer = RunLoopTimer(
             fireAt: epoch + .seconds(fireAt), interval: .seconds(interval),
             tolerance: .seconds(tolerance), order: order
-        ) { _ in handler(h) }
+        ) { timer in
+            let view = RLKDiffTimer(epoch: epoch)
+            view.timer = timer
+            handler(view)
+        }
         return h
     }
     func add(_ t: any DiffTimer, _ mode: String) {
@@ -112,7 +119,12 @@ final class RLKLoopDriver: LoopDriver {
         h.observer = RunLoopObserver(
             activities: RunLoop.Activity(rawValue: activities), repeats: repeats,
             order: order
-        ) { _, activity in handler(h, activity.rawValue) }
+        ) { observer, activity in
+            // A fresh view, not `h`, so the observer does not keep itself alive (see makeTimer).
+            let view = RLKDiffObserver()
+            view.observer = observer
+            handler(view, activity.rawValue)
+        }
         return h
     }
     func add(_ o: any DiffObserver, _ mode: String) {

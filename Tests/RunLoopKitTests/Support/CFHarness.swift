@@ -314,8 +314,13 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
         _ handler: @escaping @Sendable (any DiffTimer) -> Void
     ) -> any DiffTimer {
         let h = CFDiffTimer(epoch: epoch)
-        h.timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, epoch + fireAt, interval, 0, order) { _ in
-            handler(h)
+        // The handler gets a fresh view of the timer it is passed, not `h`: capturing `h` (which
+        // holds the timer) would make a reference cycle that leaks every timer.
+        let epoch = self.epoch
+        h.timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, epoch + fireAt, interval, 0, order) { timer in
+            let view = CFDiffTimer(epoch: epoch)
+            view.timer = timer
+            handler(view)
         }
         if tolerance > 0 { CFRunLoopTimerSetTolerance(h.timer, tolerance) }
         return h
@@ -332,8 +337,10 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
     ) -> any DiffObserver {
         let h = CFDiffObserver()
         h.observer = CFRunLoopObserverCreateWithHandler(kCFAllocatorDefault, CFOptionFlags(activities), repeats, order)
-        { _, act in
-            handler(h, UInt(act.rawValue))
+        { observer, act in
+            let view = CFDiffObserver()  // a fresh view, not `h` (see makeTimer)
+            view.observer = observer
+            handler(view, UInt(act.rawValue))
         }
         return h
     }
