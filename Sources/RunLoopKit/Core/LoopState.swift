@@ -56,12 +56,15 @@ struct LoopState: Sendable {
     var tornDown = false
 
     init() {
-        _ = index(of: .default)
+        // The default mode is always index 0 (index(of:) relies on it).
+        modes.append(ModeState(name: .default))
+        modeIndex[.default] = 0
         commonModes = [.default]
     }
 
     /// The index of `mode`, creating the mode if needed.
     mutating func index(of mode: RunLoop.Mode) -> Int {
+        if mode == .default { return 0 }  // made first, in init; skips hashing the name
         if let index = modeIndex[mode] { return index }
         modes.append(ModeState(name: mode))
         modeIndex[mode] = modes.count - 1
@@ -173,8 +176,7 @@ struct LoopState: Sendable {
     /// Schedules `timer` in the mode at `index` with the timer's current schedule; returns its
     /// latest fire time if it joined, nil if it was there already.
     mutating func schedule(_ timer: RunLoopTimer, _ state: inout TimerState, into index: Int) -> Int64? {
-        if state.modes.contains(index) { return nil }
-        state.modes.append(index)
+        guard state.modes.insert(index) else { return nil }
         modes[index].timerCount += 1
         return push(timer, state, into: index)
     }
@@ -201,21 +203,19 @@ struct LoopState: Sendable {
     mutating func repush(_ timer: RunLoopTimer, _ state: TimerState) -> Int64 {
         timer.generation.add(1, ordering: .releasing)
         var earliest = LoopClock.never
-        var position = 0
-        while position < state.modes.count {  // no iterator: allocation-free even unoptimized
-            earliest = min(earliest, push(timer, state, into: state.modes[position]))
-            position += 1
-        }
+        state.modes.forEach { index in earliest = min(earliest, push(timer, state, into: index)) }
         return earliest
     }
 
     /// Takes the timer out of the modes at `indexes`.
     mutating func unschedule(_ timer: RunLoopTimer, _ state: inout TimerState, from indexes: [Int]) {
-        for index in indexes {
-            guard let position = state.modes.firstIndex(of: index) else { continue }
-            state.modes.remove(at: position)
-            modes[index].timerCount -= 1
-        }
+        for index in indexes where state.modes.remove(index) { modes[index].timerCount -= 1 }
+    }
+
+    /// Takes the timer out of every mode it is in.
+    mutating func unscheduleEverywhere(_ timer: RunLoopTimer, _ state: inout TimerState) {
+        state.modes.forEach { index in modes[index].timerCount -= 1 }
+        state.modes.removeAll()
     }
 
     // MARK: Common modes

@@ -183,7 +183,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             let accepted = source.registrations.locked { places -> Bool in
                 guard source.isValid else { return false }
                 if !places.contains(where: { $0.loop === self && $0.mode == mode }) {
-                    places.append(ItemRegistration(loop: self, mode: mode))
+                    places.append(ItemRegistration(loop: LoopRef(self), mode: mode))
                 }
                 return true
             }
@@ -225,7 +225,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 guard observer.isValid else { return false }
                 if places.contains(where: { $0.loop !== self }) { return false }
                 if !places.contains(where: { $0.mode == mode }) {
-                    places.append(ItemRegistration(loop: self, mode: mode))
+                    places.append(ItemRegistration(loop: LoopRef(self), mode: mode))
                 }
                 return true
             }
@@ -267,7 +267,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                     return nil
                 }
                 if timerState.loop == nil {
-                    timerState.loop = self
+                    timerState.loop = LoopRef(self)
                     timerState.modes.removeAll()
                     if timerState.sequence == 0 {
                         timerState.sequence = state.nextTimerSequence
@@ -346,7 +346,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         mutatingItems { state in
             timer.state.locked { timerState in
                 guard timerState.loop === self else { return }
-                state.unschedule(timer, &timerState, from: timerState.modes)
+                state.unscheduleEverywhere(timer, &timerState)
                 if timerState.inCommonModes {
                     timerState.inCommonModes = false
                     state.commonTimers.removeAll { $0 === timer }

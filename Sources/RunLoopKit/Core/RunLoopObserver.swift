@@ -46,11 +46,12 @@ public final class RunLoopObserver: Sendable, Hashable, CustomStringConvertible 
     /// inside any callback, its own included.
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        // The loops are retained while the registration lock is held (see LoopRef).
         let places = registrations.locked { list in
             defer { list.removeAll() }
-            return list
+            return list.map { ($0.loop.loop, $0.mode) }
         }
-        for place in places { place.loop?.remove(self, forMode: place.mode) }
+        for (loop, mode) in places { loop.remove(self, forMode: mode) }
     }
 
     /// A short identity with the activities and order.

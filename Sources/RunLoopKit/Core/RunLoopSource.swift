@@ -63,11 +63,12 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
         signalled.store(false, ordering: .relaxed)
+        // The loops are retained while the registration lock is held (see LoopRef).
         let places = registrations.locked { list in
             defer { list.removeAll() }
-            return list
+            return list.map { ($0.loop.loop, $0.mode) }
         }
-        for place in places { place.loop?.remove(self, forMode: place.mode) }
+        for (loop, mode) in places { loop.remove(self, forMode: mode) }
     }
 
     /// A short identity, as in `<RunLoopSource 0x... order 0 signalled: false>`.
@@ -82,10 +83,10 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
-/// A place an item was added: a loop (held weakly: the loop owns its items, not the reverse)
-/// and the mode it was added for.
+/// A place an item was added: a loop (unretained: the loop owns its items, not the reverse; see
+/// ``LoopRef``) and the mode it was added for.
 struct ItemRegistration: Sendable {
-    weak var loop: RunLoop?
+    let loop: LoopRef
     let mode: RunLoop.Mode
 }
 

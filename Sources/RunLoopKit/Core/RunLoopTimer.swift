@@ -92,7 +92,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
             guard timer.valid else { return nil }
             timer.valid = false
             generation.add(1, ordering: .releasing)
-            return timer.loop
+            return timer.loop?.loop
         }
         loop?.detach(self)
     }
@@ -102,7 +102,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
             // An unscheduled timer is updated under its own lock; a scheduled one under its loop's,
             // which also moves its heap entries. Retry if it was scheduled in between.
             let loop: RunLoop? = state.locked { timer in
-                if let loop = timer.loop { return loop }
+                if let loop = timer.loop { return loop.loop }
                 if let fireNs { timer.fireNs = fireNs }
                 if let toleranceNs { timer.toleranceNs = toleranceNs }
                 return nil
@@ -133,9 +133,9 @@ struct TimerState: Sendable {
     var fireNs: Int64
     var toleranceNs: Int64
     var valid = true
-    weak var loop: RunLoop?
+    var loop: LoopRef?
     /// Indexes (into the loop's mode table) of the modes the timer is in.
-    var modes: [Int] = []
+    var modes = ModeIndexSet()
     /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
     var inCommonModes = false
     /// Insertion number in its loop: equal fire dates fire in this order.

@@ -33,12 +33,14 @@ enum LoopClock {
 }
 
 extension Duration {
-    /// This duration in whole nanoseconds, saturated to `Int64`'s range (±292 years).
+    /// This duration in whole nanoseconds (rounded toward zero), saturated to `Int64`'s range
+    /// (±292 years).
+    @inline(__always)
     var saturatedNanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        let (secondsNs, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? Int64.min / 2 : Int64.max / 2 }
-        return secondsNs.addingSaturated(attoseconds / 1_000_000_000)
+        let ns = attoseconds / 1_000_000_000
+        if ns > Int128(Int64.max) { return .max }
+        if ns < Int128(Int64.min) { return .min }
+        return Int64(ns)
     }
 }
 
