@@ -19,6 +19,14 @@ int crlk_set_thread_name(const char *name) {
     return pthread_setname_np(pthread_self(), truncated);
 }
 
+void crlk_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 int64_t crlk_boottime_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);

@@ -31,6 +31,9 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 /// Counts the open file descriptors of this process (entries in /proc/self/fd), or -1.
 int crlk_count_open_fds(void);
 
+/// A spin-wait hint to the CPU (`pause` on x86, `yield` on Arm).
+void crlk_cpu_relax(void);
+
 /// Tell ThreadSanitizer that the lock at `address` was acquired / is being released. No-ops
 /// unless this file is compiled with -fsanitize=thread (`swift build --sanitize=thread`).
 /// Swift's `Synchronization.Mutex` waits with raw futex calls on Linux, which ThreadSanitizer

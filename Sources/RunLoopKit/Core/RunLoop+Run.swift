@@ -274,38 +274,47 @@ extension RunLoop {
     }
 
     /// Sleeps in the kernel until a wakeup, the mode's next timer (within its tolerance) or the
-    /// run's deadline; with `poll`, only collects what is ready. The timerfd is re-armed only when
-    /// the deadline changes.
+    /// run's deadline. The timerfd is re-armed only when the deadline changes.
+    ///
+    /// A poll, a wakeup asked for before the sleep, or a deadline already passed needs no system
+    /// call: timers are checked against the clock, and with no descriptor sources registered
+    /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        guard let waiter else { return }
-        // A poll only collects what is ready. Timers are checked against the clock and wakeups
-        // matter only to a sleep, so with no descriptor sources registered (Source1 comes with
-        // FileDescriptorSource) there is nothing to ask the kernel.
-        if poll { return }
-        var timeoutMs: Int32 = 0
-        if !poll {
-            sleeping.store(true, ordering: .sequentiallyConsistent)
-            if !wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
-                timeoutMs = state.locked { state -> Int32 in
-                    let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
-                    let deadline = min(timerDeadline, context.deadline)
-                    guard deadline > LoopClock.now() else { return 0 }
-                    if deadline != state.armedDeadline { arm(&state, deadline) }
-                    return -1
-                }
-            }
+        guard let waiter, !poll else { return }
+        // After a wakeup from another thread more work usually follows within microseconds:
+        // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
+        if confined.recentCrossThreadWakeUp && spinForWakeUp() {
+            _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+            return
+        }
+        sleeping.store(true, ordering: .sequentiallyConsistent)
+        if wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            confined.recentCrossThreadWakeUp = true
+            return
+        }
+        let sleepNeeded = state.locked { state -> Bool in
+            let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
+            let deadline = min(timerDeadline, context.deadline)
+            guard deadline > LoopClock.now() else { return false }
+            if deadline != state.armedDeadline { arm(&state, deadline) }
+            return true
+        }
+        guard sleepNeeded else {
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            return
         }
         let count: Int32
         do {
             count = try Syscall.epollWait(
-                waiter.epollFD, confined.events, capacity: confined.eventCapacity,
-                timeoutMs: timeoutMs)
+                waiter.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: -1)
         } catch {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             Diagnostics.error("epoll_wait on \(shortDescription) failed: \(error)")
             return
         }
-        if !poll { sleeping.store(false, ordering: .sequentiallyConsistent) }
+        sleeping.store(false, ordering: .sequentiallyConsistent)
+        var wokenByAnotherThread = false
         for slot in 0..<Int(count) {
             switch confined.events[slot].data.u64 {
             case KernelWaiter.wakeTag:
@@ -313,6 +322,7 @@ extension RunLoop {
                 // An exchange, not a store: it synchronizes with the waker, so what it queued
                 // before waking is seen by the phases that follow.
                 _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+                wokenByAnotherThread = true
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
                 state.locked { $0.armedDeadline = LoopClock.never }
@@ -320,6 +330,24 @@ extension RunLoop {
                 break
             }
         }
+        confined.recentCrossThreadWakeUp = wokenByAnotherThread
+    }
+
+    /// Spins for at most ``LoopThreadState/spinNanoseconds`` watching for a wakeup request;
+    /// returns whether one came. Used only right after a wakeup from another thread, so an idle
+    /// loop or a loop woken by its own timers never spins.
+    private func spinForWakeUp() -> Bool {
+        let limit = LoopClock.now() &+ LoopThreadState.spinNanoseconds
+        var spins = 0
+        while !wakeRequested.load(ordering: .relaxed) {
+            crlk_cpu_relax()
+            spins &+= 1
+            if spins & 31 == 0, LoopClock.now() >= limit {
+                confined.recentCrossThreadWakeUp = false
+                return false
+            }
+        }
+        return true
     }
 
     // MARK: Run bookkeeping
@@ -436,6 +464,11 @@ struct RunScratch {
 final class LoopThreadState: @unchecked Sendable {
     var nextRunID: UInt64 = 0
     var warnedCommonRun = false
+    /// The last sleep ended with a wakeup from another thread (or was cut short by one).
+    var recentCrossThreadWakeUp = false
+    /// How long a loop that was just woken by another thread watches for the next wakeup before
+    /// sleeping: about the cost of one sleep and wakeup on this kind of machine.
+    static let spinNanoseconds: Int64 = 5_000
     var spareScratch: [RunScratch] = []
     let eventCapacity: Int32 = 64
     let events: UnsafeMutablePointer<epoll_event>

@@ -401,7 +401,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Unlike `CFRunLoopPerformBlock`, this wakes a sleeping loop. An empty `modes` does nothing.
     ///
     /// - Complexity: O(1) amortized.
-    public func perform(inModes modes: [Mode] = [.default], _ block: @escaping @Sendable () -> Void) {
+    public func perform(inModes modes: [Mode] = RunLoop.defaultModeOnly, _ block: @escaping @Sendable () -> Void) {
         guard let first = modes.first else { return }
         let pending = PendingBlock(modes: modes.count == 1 ? .one(first) : .many(modes), body: block)
         let accepted = state.locked { state -> Bool in
@@ -430,6 +430,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             return result
         }
     }
+
+    /// `[.default]`, made once: a default argument written as a literal would allocate an array on
+    /// every call.
+    @usableFromInline
+    static let defaultModeOnly: [Mode] = [.default]
 
     // MARK: Waking and stopping
 
