@@ -3,6 +3,8 @@ import DequeModule
 /// A block queued with ``RunLoop/perform(inModes:_:)``.
 struct PendingBlock: Sendable {
     enum Modes: Sendable {
+        /// `[.default]`, the usual case, with nothing to retain.
+        case defaultOnly
         case one(RunLoop.Mode)
         case many([RunLoop.Mode])
     }
@@ -14,6 +16,7 @@ struct PendingBlock: Sendable {
     @inline(__always)
     func runs(in mode: RunLoop.Mode, modeIsCommon: Bool) -> Bool {
         switch modes {
+        case .defaultOnly: mode == .default
         case .one(let wanted): wanted == mode || (modeIsCommon && wanted == .common)
         case .many(let wanted): wanted.contains { $0 == mode || (modeIsCommon && $0 == .common) }
         }
@@ -47,7 +50,6 @@ struct LoopState: Sendable {
     var commonSources: [RunLoopSource] = []
     var commonObservers: [RunLoopObserver] = []
     var commonTimers: [RunLoopTimer] = []
-    var blocks = Deque<PendingBlock>()
     /// The modes (indexes) of the runs in progress, innermost last.
     var runningModes: [Int] = []
     /// The deadline the loop's timerfd is armed for; `LoopClock.never` when disarmed or expired.
@@ -78,14 +80,10 @@ struct LoopState: Sendable {
 
     func isCommon(_ mode: RunLoop.Mode) -> Bool { commonModes.contains(mode) }
 
-    /// Whether a run in the mode at `index` has nothing to do: no sources, no timers, no pending
-    /// blocks for it. Observers do not count.
-    func isEmpty(_ index: Int) -> Bool {
-        let mode = modes[index]
-        if !mode.sources.isEmpty || mode.timerCount > 0 { return false }
-        if blocks.isEmpty { return true }
-        let common = isCommon(mode.name)
-        return !blocks.contains { $0.runs(in: mode.name, modeIsCommon: common) }
+    /// Whether the mode at `index` has neither sources nor timers (observers do not count; pending
+    /// blocks are the loop thread's to check).
+    func hasNoItems(_ index: Int) -> Bool {
+        modes[index].sources.isEmpty && modes[index].timerCount == 0
     }
 
     // MARK: Sources

@@ -8,10 +8,10 @@ extension RunLoop {
             (
                 state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name },
                 state.commonSources.count,
-                state.commonTimers.count, state.commonObservers.count, state.blocks.count
+                state.commonTimers.count, state.commonObservers.count
             )
         }
-        let (modes, commonModes, current, commonSources, commonTimers, commonObservers, blocks) = snapshot
+        let (modes, commonModes, current, commonSources, commonTimers, commonObservers) = snapshot
         let now = LoopClock.now()
         var lines: [String] = []
         lines.append(
@@ -21,7 +21,6 @@ extension RunLoop {
         lines.append(
             "common mode items = { \(commonSources) sources, \(commonTimers) timers, \(commonObservers) observers },"
         )
-        lines.append("pending blocks = \(blocks),")
         lines.append("modes = {")
         for mode in modes {
             lines.append("  <RunLoopMode '\(mode.name.rawValue)'> {")

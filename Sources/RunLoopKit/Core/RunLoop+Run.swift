@@ -50,13 +50,11 @@ extension RunLoop {
         let start = LoopClock.now()
         let timeoutNs = timeout.saturatedNanoseconds
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
-        let modeIndex: Int? = state.locked { state in
-            // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
-            guard let index = state.modeIndex[mode], !state.isEmpty(index) else { return nil }
-            state.runningModes.append(index)
-            return index
+        // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
+        guard let modeIndex = state.locked({ $0.modeIndex[mode] }), !isEmpty(modeIndex, mode) else {
+            return .finished
         }
-        guard let modeIndex else { return .finished }
+        state.locked { $0.runningModes.append(modeIndex) }
 
         var context = beginRun(
             mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
@@ -102,8 +100,7 @@ extension RunLoop {
             warnCommonRunOnce()
             return false
         }
-        let empty = state.locked { state in state.modeIndex[mode].map { state.isEmpty($0) } ?? true }
-        if empty { return false }
+        guard let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else { return false }
         run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
         return true
     }
@@ -170,14 +167,10 @@ extension RunLoop {
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
-        guard pendingBlockCount.load(ordering: .acquiring) > 0 else { return }
-        let modeIsCommon: Bool? = state.locked { state in
-            guard !state.blocks.isEmpty else { return nil }
-            swap(&state.blocks, &context.scratch.blocks)
-            pendingBlockCount.store(0, ordering: .releasing)
-            return state.isCommon(context.mode)
-        }
-        guard let modeIsCommon else { return }
+        drainInbox()
+        guard !confined.blocks.isEmpty else { return }
+        swap(&confined.blocks, &context.scratch.blocks)
+        let modeIsCommon = state.locked { $0.isCommon(context.mode) }
         while let block = context.scratch.blocks.popFirst() {
             if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                 block.body()
@@ -186,12 +179,28 @@ extension RunLoop {
             }
         }
         if !context.scratch.otherModes.isEmpty {
-            state.locked { state in
-                state.blocks.prepend(contentsOf: context.scratch.otherModes)
-                pendingBlockCount.store(state.blocks.count, ordering: .releasing)
-            }
+            // Ahead of anything queued meanwhile: they are older.
+            confined.blocks.prepend(contentsOf: context.scratch.otherModes)
             context.scratch.otherModes.removeAll(keepingCapacity: true)
         }
+    }
+
+    /// Moves the blocks other threads performed into the loop's own queue, in order.
+    @inline(__always)
+    private func drainInbox() {
+        inbox.takeAll(appendingTo: &confined.blocks)
+    }
+
+    /// Whether a run in `mode` (at `index`) has nothing to do: no sources, no timers, no pending
+    /// blocks for it. Observers do not count. Loop thread only.
+    private func isEmpty(_ index: Int, _ mode: Mode) -> Bool {
+        let (noItems, modeIsCommon) = state.locked { ($0.hasNoItems(index), $0.isCommon(mode)) }
+        return noItems && !hasBlocks(for: mode, modeIsCommon: modeIsCommon)
+    }
+
+    private func hasBlocks(for mode: Mode, modeIsCommon: Bool) -> Bool {
+        drainInbox()
+        return confined.blocks.contains { $0.runs(in: mode, modeIsCommon: modeIsCommon) }
     }
 
     /// Performs the signalled version-0 sources of the mode in order; returns whether any was
@@ -395,8 +404,8 @@ extension RunLoop {
     private func isModeEmpty(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
         if !context.items.sources.isEmpty || context.items.timerCount > 0 { return false }
-        if pendingBlockCount.load(ordering: .acquiring) == 0 { return true }
-        return state.locked { $0.isEmpty(context.modeIndex) }
+        if !inbox.hasReady && confined.blocks.isEmpty { return true }
+        return !hasBlocks(for: context.mode, modeIsCommon: state.locked { $0.isCommon(context.mode) })
     }
 
     /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups
@@ -464,6 +473,8 @@ struct RunScratch {
 final class LoopThreadState: @unchecked Sendable {
     var nextRunID: UInt64 = 0
     var warnedCommonRun = false
+    /// Blocks taken from the inbox and not yet run (those for other modes wait here, in order).
+    var blocks = Deque<PendingBlock>()
     /// The last sleep ended with a wakeup from another thread (or was cut short by one).
     var recentCrossThreadWakeUp = false
     /// How long a loop that was just woken by another thread watches for the next wakeup before

@@ -40,8 +40,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
-    /// `state.blocks.count`, published (under the lock) for a lock-free "anything queued?" check.
-    let pendingBlockCount = Atomic<Int>(0)
+    /// Blocks on their way from ``perform(inModes:_:)`` to the loop's thread.
+    let inbox = BlockQueue()
+    /// Set when the thread exits: blocks performed after that are dropped.
+    let blocksClosed = Atomic<Bool>(false)
     /// The id of the innermost run in progress, 0 when not running.
     let innermostRun = Atomic<UInt64>(0)
     /// The id of the run ``stop()`` asked to end.
@@ -119,8 +121,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             state.commonSources.removeAll()
             state.commonObservers.removeAll()
             state.commonTimers.removeAll()
-            state.blocks.removeAll()
-            pendingBlockCount.store(0, ordering: .releasing)
             return (sources, timers, observers)
         }
         for timer in timers {
@@ -137,6 +137,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             source.registrations.locked { $0.removeAll { $0.loop === self } }
             source.cancelCallout?(self, mode)
         }
+        // Blocks still queued can never run now; the thread exit drops them (this runs on the
+        // loop's own thread, the queue's consumer).
+        blocksClosed.store(true, ordering: .releasing)
+        inbox.removeAll()
+        confined.blocks.removeAll()
         waiter?.close()
     }
 
@@ -403,20 +408,20 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(1) amortized.
     public func perform(inModes modes: [Mode] = RunLoop.defaultModeOnly, _ block: @escaping @Sendable () -> Void) {
         guard let first = modes.first else { return }
-        let pending = PendingBlock(modes: modes.count == 1 ? .one(first) : .many(modes), body: block)
-        let accepted = state.locked { state -> Bool in
-            guard !state.tornDown else { return false }
-            // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
-            for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
-            state.blocks.append(pending)
-            pendingBlockCount.store(state.blocks.count, ordering: .releasing)
-            return true
-        }
-        if accepted {
-            requestWakeUp()
-        } else {
+        guard !blocksClosed.load(ordering: .acquiring) else {
             Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+            return
         }
+        // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
+        if modes.contains(where: { $0 != .default && $0 != .common }) {
+            state.locked { state in
+                for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
+            }
+        }
+        let blockModes: PendingBlock.Modes =
+            modes.count > 1 ? .many(modes) : first == .default ? .defaultOnly : .one(first)
+        inbox.push(PendingBlock(modes: blockModes, body: block))
+        requestWakeUp()
     }
 
     /// Runs `body` under the lock and bumps ``itemsVersion`` before unlocking: every change to a
@@ -458,6 +463,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// no other waker got there first.
     @inline(__always)
     func requestWakeUp() {
+        // A plain load first: while a wakeup is already pending (the common case under load) the
+        // waker leaves the flag's cache line shared instead of taking it for an exchange. Nothing
+        // is lost by returning on `true`: if that `true` predates the loop's clearing exchange, this
+        // waker queued its work before the loop's next look at its queues (otherwise the loop's
+        // look, and so its clear, would happen-before this load, which would then read `false` or
+        // a newer `true`); a newer `true` belongs to a waker that does the waking itself.
+        if wakeRequested.load(ordering: .sequentiallyConsistent) { return }
         if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }
         if sleeping.load(ordering: .sequentiallyConsistent) { waiter?.signal() }
     }
