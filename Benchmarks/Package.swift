@@ -1,0 +1,29 @@
+// swift-tools-version: 6.2
+// RunLoopKit's benchmarks: RunLoopKit side by side with CFRunLoop (swift-corelibs-foundation) and
+// SwiftNIO. A separate package so the main package stays lean:
+//   swift run -c release --package-path Benchmarks runloop-bench
+import PackageDescription
+
+let package = Package(
+    name: "RunLoopKitBenchmarks",
+    dependencies: [
+        .package(name: "RunLoopKit", path: ".."),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // eventfd + epoll ping-pong floor, gettid, a per-thread malloc counter, mallinfo2.
+        .target(name: "CBenchSupport"),
+        .executableTarget(
+            name: "runloop-bench",
+            dependencies: [
+                "CBenchSupport",
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

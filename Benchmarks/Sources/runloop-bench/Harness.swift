@@ -1,0 +1,248 @@
+import CBenchSupport
+import Foundation
+
+// The harness: implementations, metrics, workloads, interleaved repetitions, statistics, ratios
+// and targets. Workloads live one per file (`Workload*.swift`); `Report.swift` prints and encodes.
+
+/// An event-loop implementation under test.
+enum Impl: String, CaseIterable, Codable, Sendable {
+    /// The name `--impl` takes.
+    var option: String {
+        switch self {
+        case .runLoopKit: "runloopkit"
+        case .cf: "cf"
+        case .nio: "nio"
+        case .floor: "floor"
+        }
+    }
+
+    case runLoopKit = "RunLoopKit"
+    case cf = "CFRunLoop"
+    case nio = "SwiftNIO"
+    case floor = "C floor"
+}
+
+/// How good a bigger value is.
+enum Direction: String, Codable, Sendable {
+    case higherIsBetter, lowerIsBetter
+}
+
+/// One figure a workload measures, e.g. "blocks/s".
+struct Metric: Sendable {
+    let key: String
+    let label: String
+    let unit: Unit
+    let direction: Direction
+
+    init(_ key: String, _ label: String, _ unit: Unit, _ direction: Direction) {
+        self.key = key
+        self.label = label
+        self.unit = unit
+        self.direction = direction
+    }
+
+    enum Unit: String, Codable, Sendable {
+        case perSecond = "/s"
+        case seconds = "s"
+        case microseconds = "µs"
+        case nanoseconds = "ns"
+        case bytes = "B"
+        case count = ""
+    }
+}
+
+/// One repetition's figures, by metric key. A key may be missing where an implementation has no
+/// equivalent (for example NIO's observer-less loop).
+typealias Measurement = [String: Double]
+
+/// A workload: the same work done on each implementation it applies to.
+protocol Workload: Sendable {
+    /// The name `--only` takes.
+    var name: String { get }
+    var title: String { get }
+    /// What is measured and how, one or two sentences.
+    var summary: String { get }
+    var metrics: [Metric] { get }
+    var implementations: [Impl] { get }
+    func runRunLoopKit() -> Measurement
+    func runCF() -> Measurement
+    func runNIO() -> Measurement
+    func runFloor() -> Measurement
+    /// The issue's targets, judged on the medians of this run.
+    func targets(_ results: WorkloadResults) -> [TargetCheck]
+    /// Extra lines under the table (derived figures, caveats).
+    func notes(_ results: WorkloadResults) -> [String]
+}
+
+extension Workload {
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio] }
+    func runNIO() -> Measurement { fatalError("\(name) has no SwiftNIO equivalent") }
+    func runFloor() -> Measurement { fatalError("\(name) has no floor") }
+    func notes(_ results: WorkloadResults) -> [String] { [] }
+
+    func run(_ impl: Impl) -> Measurement {
+        switch impl {
+        case .runLoopKit: runRunLoopKit()
+        case .cf: runCF()
+        case .nio: runNIO()
+        case .floor: runFloor()
+        }
+    }
+}
+
+/// Median, minimum and maximum of one metric on one implementation over the repetitions.
+struct Stats: Codable, Sendable {
+    let median: Double
+    let min: Double
+    let max: Double
+    let samples: [Double]
+
+    init?(_ samples: [Double]) {
+        guard !samples.isEmpty else { return nil }
+        let sorted = samples.sorted()
+        let mid = sorted.count / 2
+        self.median = sorted.count % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
+        self.min = sorted.first!
+        self.max = sorted.last!
+        self.samples = samples
+    }
+}
+
+/// A workload's statistics, by implementation and metric key.
+struct WorkloadResults: Sendable {
+    let workload: any Workload
+    let stats: [Impl: [String: Stats]]
+
+    func median(_ impl: Impl, _ key: String) -> Double? { stats[impl]?[key]?.median }
+
+    /// How many times better RunLoopKit's median is than `other`'s (> 1: RunLoopKit is better):
+    /// a throughput ratio for higher-is-better metrics, a time ratio for lower-is-better ones.
+    func advantage(_ key: String, over other: Impl) -> Double? {
+        guard let metric = workload.metrics.first(where: { $0.key == key }),
+            let mine = median(.runLoopKit, key), let theirs = median(other, key)
+        else { return nil }
+        switch metric.direction {
+        case .higherIsBetter: return theirs == 0 ? nil : mine / theirs
+        case .lowerIsBetter: return mine == 0 ? nil : theirs / mine
+        }
+    }
+}
+
+/// One target of the issue, MET or MISSED.
+struct TargetCheck: Codable, Sendable {
+    let target: String
+    let met: Bool
+    let measured: String
+}
+
+/// Runs workloads with interleaved repetitions: repetition 1 of every implementation, then
+/// repetition 2, ..., the starting implementation rotating so none always runs first.
+struct Harness {
+    let reps: Int
+    /// Implementations to run (all when empty): `--impl`, for profiling one of them.
+    let only: Set<Impl>
+    let log: (String) -> Void
+
+    func run(_ workload: any Workload) -> WorkloadResults {
+        var samples: [Impl: [String: [Double]]] = [:]
+        let impls = workload.implementations.filter { only.isEmpty || only.contains($0) }
+        for rep in 0..<reps {
+            for i in 0..<impls.count {
+                let impl = impls[(i + rep) % impls.count]
+                let started = cbench_now_ns()
+                let measurement = workload.run(impl)
+                let seconds = Double(cbench_now_ns() - started) / 1e9
+                for (key, value) in measurement { samples[impl, default: [:]][key, default: []].append(value) }
+                let shown = workload.metrics.compactMap { metric in
+                    measurement[metric.key].map { "\(metric.key)=\(Format.value($0, metric.unit))" }
+                }
+                log(
+                    "  [\(workload.name)] rep \(rep + 1)/\(reps) \(impl.rawValue): \(shown.joined(separator: " ")) (\(String(format: "%.1f", seconds)) s)"
+                )
+            }
+        }
+        var stats: [Impl: [String: Stats]] = [:]
+        for (impl, byKey) in samples {
+            for (key, values) in byKey { stats[impl, default: [:]][key] = Stats(values) }
+        }
+        return WorkloadResults(workload: workload, stats: stats)
+    }
+}
+
+// MARK: - Shared plumbing for the workloads
+
+/// A mutable box for state confined to one thread (a loop's) or handed over through a semaphore.
+final class Box<Value>: @unchecked Sendable {
+    var value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// Carries a value that is not `Sendable` (CF objects) into a `@Sendable` closure; the workloads
+/// use it only where the handover is ordered by a semaphore or the value is thread-safe (CF's
+/// run-loop functions that CF documents as callable from any thread).
+struct Unchecked<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// A pthread that can be joined: a loop's thread-exit teardown (RunLoopKit's and CF's both run in
+/// thread-specific-data destructors) finishes before `join()` returns, so it never overlaps the
+/// next measurement.
+final class BenchThread: @unchecked Sendable {
+    private var handle = pthread_t()
+
+    private final class Body {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+
+    init(_ body: @escaping @Sendable () -> Void) {
+        let context = Unmanaged.passRetained(Body(body)).toOpaque()
+        let rc = pthread_create(
+            &handle, nil,
+            { raw in
+                Unmanaged<Body>.fromOpaque(raw!).takeRetainedValue().run()
+                return nil
+            }, context)
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+    }
+
+    func join() { pthread_join(handle, nil) }
+
+    /// Runs `body` on a new thread, waits for it to exit, and returns its result.
+    static func run<T>(_ body: @escaping @Sendable () -> T) -> T {
+        let result = Box<T?>(nil)
+        let thread = BenchThread { result.value = body() }
+        thread.join()
+        return result.value!
+    }
+}
+
+/// A seeded generator (SplitMix64), so every implementation gets the same random fire dates.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// `count` random offsets in nanoseconds, uniform in `range`, from a fixed seed.
+func randomOffsets(_ count: Int, in range: Range<Int64>, seed: UInt64) -> [Int64] {
+    var rng = SplitMix64(seed: seed)
+    return (0..<count).map { _ in Int64.random(in: range, using: &rng) }
+}
+
+/// Seconds between two `cbench_now_ns()` readings.
+func seconds(from start: UInt64, to end: UInt64) -> Double { Double(end &- start) / 1e9 }
+
+/// The p-th percentile (0...100) of sorted values, nearest rank.
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    let rank = Int((p / 100 * Double(sorted.count)).rounded(.up)) - 1
+    return sorted[min(max(rank, 0), sorted.count - 1)]
+}

@@ -1,0 +1,89 @@
+import CBenchSupport
+import CoreFoundation
+import Foundation
+import NIOCore
+import NIOPosix
+import RunLoopKit
+
+import class RunLoopKit.RunLoop
+
+/// 1. Cross-thread submission: another thread submits blocks that each wake the loop.
+struct SubmissionWorkload: Workload {
+    var blocks = 1_000_000
+
+    var name: String { "submit" }
+    var title: String { "Cross-thread submission" }
+    var summary: String {
+        "Another thread submits \(blocks.formatted()) blocks, each waking the loop (RunLoopKit perform, CF CFRunLoopPerformBlock + CFRunLoopWakeUp, NIO execute); blocks per second from the first submit to the last block run."
+    }
+    var metrics: [Metric] { [Metric("blocks_per_s", "blocks/s", .perSecond, .higherIsBetter)] }
+
+    /// The counter the blocks bump on the loop's thread; the last one records the end time.
+    private final class Sink: @unchecked Sendable {
+        var count = 0
+        var end: UInt64 = 0
+        let target: Int
+        let done = DispatchSemaphore(value: 0)
+        init(target: Int) { self.target = target }
+        @inline(__always) func hit() {
+            count += 1
+            if count == target {
+                end = cbench_now_ns()
+                done.signal()
+            }
+        }
+    }
+
+    private func measure(_ submit: (Sink) -> Void) -> Measurement {
+        let sink = Sink(target: blocks)
+        let start = cbench_now_ns()
+        submit(sink)
+        sink.done.wait()
+        return ["blocks_per_s": Double(blocks) / seconds(from: start, to: sink.end)]
+    }
+
+    func runRunLoopKit() -> Measurement {
+        let host = RunLoopKitHost()
+        defer { host.shutdown() }
+        let loop = host.loop
+        return measure { sink in
+            for _ in 0..<blocks { loop.perform { sink.hit() } }
+        }
+    }
+
+    func runCF() -> Measurement {
+        let host = CFHost()
+        defer { host.shutdown() }
+        let loop = host.loop
+        return measure { sink in
+            for _ in 0..<blocks {
+                CFRunLoopPerformBlock(loop, kCFRunLoopDefaultMode) { sink.hit() }
+                CFRunLoopWakeUp(loop)
+            }
+        }
+    }
+
+    func runNIO() -> Measurement {
+        let host = NIOHost()
+        defer { host.shutdown() }
+        let loop = host.loop
+        return measure { sink in
+            for _ in 0..<blocks { loop.execute { sink.hit() } }
+        }
+    }
+
+    func targets(_ r: WorkloadResults) -> [TargetCheck] {
+        [
+            .ratio("≥ 1.5× NIO", r.advantage("blocks_per_s", over: .nio), atLeast: 1.5),
+            .ratio("≥ 6× CF", r.advantage("blocks_per_s", over: .cf), atLeast: 6),
+        ]
+    }
+}
+
+extension TargetCheck {
+    /// A "RunLoopKit is at least `bound` times better" target.
+    static func ratio(_ target: String, _ advantage: Double?, atLeast bound: Double) -> TargetCheck {
+        guard let advantage else { return TargetCheck(target: target, met: false, measured: "no figure") }
+        return TargetCheck(target: target, met: advantage >= bound, measured: String(format: "%.2f×", advantage))
+    }
+}

@@ -1,0 +1,127 @@
+import CBenchSupport
+import CoreFoundation
+import Foundation
+import NIOCore
+import NIOPosix
+import RunLoopKit
+
+import class RunLoopKit.RunLoop
+
+/// 4. Timer firing: one-shot timers all due within 50 ms.
+struct TimerFiringWorkload: Workload {
+    var timers = 100_000
+    /// Fire dates are `margin` + [0, 50 ms) after the adding starts, so that every implementation
+    /// has added all its timers before the first one is due (checked: a run that did not is flagged).
+    var margin: Int64 = 600_000_000
+    var window: Int64 = 50_000_000
+
+    var name: String { "fire" }
+    var title: String { "Timer firing" }
+    var summary: String {
+        "\(timers.formatted()) one-shot timers due within 50 ms (random, fixed seed), added on the loop's thread \(margin / 1_000_000) ms ahead; fires per second from the first due date to the last fire, on each implementation's own clock."
+    }
+    var metrics: [Metric] { [Metric("fires_per_s", "fires/s", .perSecond, .higherIsBetter)] }
+
+    private final class Counter: @unchecked Sendable {
+        var count = 0
+        let target: Int
+        let done = DispatchSemaphore(value: 0)
+        /// Nanoseconds from the first due date to the last fire, on the implementation's clock.
+        var span: Double = 0
+        /// Whether the adding finished after the first timer was due.
+        var overran = false
+        let now: () -> Double
+        var firstDue: Double = 0
+        init(target: Int, now: @escaping () -> Double) {
+            self.target = target
+            self.now = now
+        }
+        @inline(__always) func fired() {
+            count += 1
+            if count == target {
+                span = now() - firstDue
+                done.signal()
+            }
+        }
+    }
+
+    private var offsets: [Int64] { randomOffsets(timers, in: margin..<(margin + window), seed: 0x5EED_0004) }
+
+    private func result(_ c: Counter) -> Measurement {
+        c.done.wait()
+        var m: Measurement = ["fires_per_s": Double(timers) / (c.span / 1e9)]
+        if c.overran { m["overran"] = 1 }
+        return m
+    }
+
+    func runRunLoopKit() -> Measurement {
+        let offsets = self.offsets
+        let first = offsets.min()!
+        let host = RunLoopKitHost()
+        defer { host.shutdown() }
+        let epoch = ContinuousClock.now
+        let c = Counter(target: timers) { nanoseconds(ContinuousClock.now - epoch) }
+        host.sync {
+            let loop = RunLoop.current
+            let base = ContinuousClock.now
+            c.firstDue = nanoseconds(base - epoch) + Double(first)
+            for offset in offsets {
+                loop.add(RunLoopTimer(fireAt: base + .nanoseconds(offset)) { _ in c.fired() }, forMode: .default)
+            }
+            c.overran = c.now() >= c.firstDue
+        }
+        return result(c)
+    }
+
+    func runCF() -> Measurement {
+        let offsets = self.offsets
+        let first = offsets.min()!
+        let host = CFHost()
+        defer { host.shutdown() }
+        let c = Counter(target: timers) { cfNow() * 1e9 }
+        host.sync {
+            let loop = CFRunLoopGetCurrent()
+            let base = cfNow()
+            c.firstDue = base * 1e9 + Double(first)
+            for offset in offsets {
+                let timer = CFRunLoopTimerCreateWithHandler(
+                    kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0) { _ in c.fired() }
+                CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
+            }
+            c.overran = c.now() >= c.firstDue
+        }
+        return result(c)
+    }
+
+    func runNIO() -> Measurement {
+        let offsets = self.offsets
+        let first = offsets.min()!
+        let host = NIOHost()
+        defer { host.shutdown() }
+        let loop = host.loop
+        let c = Counter(target: timers) { Double(NIODeadline.now().uptimeNanoseconds) }
+        host.sync {
+            let base = NIODeadline.now()
+            c.firstDue = Double(base.uptimeNanoseconds) + Double(first)
+            for offset in offsets {
+                loop.scheduleTask(deadline: base + .nanoseconds(offset)) { c.fired() }
+            }
+            c.overran = c.now() >= c.firstDue
+        }
+        return result(c)
+    }
+
+    func targets(_ r: WorkloadResults) -> [TargetCheck] {
+        [
+            .ratio("≥ 10× CF", r.advantage("fires_per_s", over: .cf), atLeast: 10),
+            .ratio("≥ 1.5× NIO", r.advantage("fires_per_s", over: .nio), atLeast: 1.5),
+        ]
+    }
+
+    func notes(_ r: WorkloadResults) -> [String] {
+        implementations.compactMap { impl in
+            guard let overruns = r.stats[impl]?["overran"]?.samples.count else { return nil }
+            return "warning: \(impl.rawValue) was still adding timers when the first was due in \(overruns) repetition(s)"
+        }
+    }
+}
