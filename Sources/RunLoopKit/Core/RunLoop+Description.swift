@@ -4,6 +4,16 @@ extension RunLoop {
     /// mode with its sources, timers (with their next fire date) and observers (with their
     /// activities and order).
     public var description: String {
+        let now = LoopClock.now()
+        // Timer lines are made under the lock: heap entries do not keep their timers alive
+        // outside it.
+        let timerLines: [[String]] = state.locked { state in
+            state.modes.map { mode in
+                mode.timers.entries.filter(\.isLive).sorted { TimerEntry.precedes($0, $1) }.map { entry in
+                    "      next fire in \(formatNanoseconds(entry.fireNs - now)), interval \(entry.timer.interval), tolerance \(formatNanoseconds(entry.latestNs - entry.fireNs))"
+                }
+            }
+        }
         let snapshot = state.locked { state in
             (
                 state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name },
@@ -12,7 +22,6 @@ extension RunLoop {
             )
         }
         let (modes, commonModes, current, commonSources, commonTimers, commonObservers) = snapshot
-        let now = LoopClock.now()
         var lines: [String] = []
         lines.append(
             "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
@@ -22,7 +31,7 @@ extension RunLoop {
             "common mode items = { \(commonSources) sources, \(commonTimers) timers, \(commonObservers) observers },"
         )
         lines.append("modes = {")
-        for mode in modes {
+        for (index, mode) in modes.enumerated() {
             lines.append("  <RunLoopMode '\(mode.name.rawValue)'> {")
             lines.append("    sources0 = {")
             for source in mode.sources {
@@ -30,12 +39,7 @@ extension RunLoop {
             }
             lines.append("    },")
             lines.append("    timers = {")
-            let live = mode.timers.entries.filter(\.isLive).sorted { TimerEntry.precedes($0, $1) }
-            for entry in live {
-                lines.append(
-                    "      next fire in \(formatNanoseconds(entry.fireNs - now)), interval \(entry.timer.interval), tolerance \(formatNanoseconds(entry.latestNs - entry.fireNs))"
-                )
-            }
+            lines.append(contentsOf: index < timerLines.count ? timerLines[index] : [])
             lines.append("    },")
             lines.append("    observers = {")
             for observer in mode.observers {

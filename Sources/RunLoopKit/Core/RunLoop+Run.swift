@@ -241,23 +241,46 @@ extension RunLoop {
         while index < context.scratch.dueTimers.count {
             let entry = context.scratch.dueTimers[index]
             index += 1
-            let timer = entry.timer
             // An earlier handler of this pass may have invalidated or moved it.
-            guard entry.isLive else { continue }
+            guard entry.isLive else {
+                entry.release()
+                continue
+            }
+            let timer = entry.timer
             if timer.firing.exchange(true, ordering: .acquiring) {
-                // It is firing in an outer run: keep its entry for later.
+                // It is firing in an outer run: its entry goes back to the heap for later.
                 state.locked { state in state.modes[context.modeIndex].timers.insert(entry) }
                 continue
             }
             timer.handler(timer)
             timer.firing.store(false, ordering: .releasing)
             if timer.intervalNs == 0 {
-                timer.invalidate()
+                retireOneShot(timer)
             } else {
                 rescheduleAfterFire(entry)
             }
+            entry.release()
         }
         context.scratch.dueTimers.removeAll(keepingCapacity: true)
+    }
+
+    /// Invalidates a one-shot timer after its handler, as `invalidate()` would, in one locked step
+    /// (invalid, new generation, out of every mode).
+    private func retireOneShot(_ timer: RunLoopTimer) {
+        mutatingItems { state in
+            timer.state.locked { timerState in
+                guard timerState.valid else { return }
+                timerState.valid = false
+                timer.generation.add(1, ordering: .releasing)
+                guard timerState.loop === self else { return }
+                state.unscheduleEverywhere(timer, &timerState)
+                if timerState.inCommonModes {
+                    timerState.inCommonModes = false
+                    state.commonTimers.removeAll { $0 === timer }
+                }
+                timerState.loop = nil
+            }
+        }
     }
 
     /// Moves a repeating timer to the first point of its schedule after now, keeping its phase

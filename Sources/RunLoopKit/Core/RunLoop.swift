@@ -265,7 +265,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         var foreign = false
         mutatingItems { state in
             guard !state.tornDown else { return }
-            let earliest = timer.state.locked { timerState -> Int64? in
+            // The deadline to re-arm the timerfd for, if the timer joined the running mode ahead
+            // of the armed deadline (see rearmForEarlierTimers; one new entry needs no walk: the
+            // new deadline is its latest fire time).
+            let rearm = timer.state.locked { timerState -> Int64? in
                 guard timerState.valid else { return nil }
                 if let owner = timerState.loop, owner !== self {
                     foreign = true
@@ -294,9 +297,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                     earliest = state.schedule(timer, &timerState, into: state.index(of: mode))
                 }
                 if timerState.modes.isEmpty && !timerState.inCommonModes { timerState.loop = nil }
-                return earliest
+                guard earliest != nil, let running = state.runningModes.last, timerState.modes.contains(running),
+                    timerState.fireNs < state.armedDeadline
+                else { return nil }
+                let latest = timerState.fireNs.addingSaturated(timerState.toleranceNs)
+                return latest < state.armedDeadline ? latest : nil
             }
-            if earliest != nil { rearmForEarlierTimers(&state) }
+            if let rearm { arm(&state, rearm) }
         }
         if foreign {
             Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)")

@@ -1,4 +1,10 @@
 /// One scheduling of a timer in one mode's heap.
+///
+/// An entry holds one manual retain of its timer, so that moving entries around the heap (each
+/// sift moves several) costs no reference counting. Ownership of that retain moves with the entry:
+/// ``init(fireNs:latestNs:sequence:generation:timer:)`` takes it, ``TimerHeap/insert(_:)`` hands it
+/// to the heap, the heap releases the entries it drops, and ``TimerHeap/popDue(now:)`` hands it
+/// to the caller, who calls ``release()`` when done.
 struct TimerEntry {
     /// When the timer is due.
     var fireNs: Int64
@@ -8,10 +14,29 @@ struct TimerEntry {
     var sequence: UInt64
     /// The timer's generation when the entry was made; stale once the timer's moves on.
     var generation: UInt64
-    let timer: RunLoopTimer
+    private let owned: Unmanaged<RunLoopTimer>
+
+    init(fireNs: Int64, latestNs: Int64, sequence: UInt64, generation: UInt64, timer: RunLoopTimer) {
+        self.fireNs = fireNs
+        self.latestNs = latestNs
+        self.sequence = sequence
+        self.generation = generation
+        self.owned = .passRetained(timer)
+    }
+
+    /// The timer (valid while this entry's retain is held).
+    var timer: RunLoopTimer { owned.takeUnretainedValue() }
+
+    /// Gives up this entry's retain of its timer.
+    func release() { owned.release() }
 
     @inline(__always)
-    var isLive: Bool { timer.generation.load(ordering: .acquiring) == generation }
+    var isLive: Bool {
+        owned._withUnsafeGuaranteedRef { $0.generation.load(ordering: .acquiring) } == generation
+    }
+
+    @inline(__always)
+    var isFiring: Bool { owned._withUnsafeGuaranteedRef { $0.firing.load(ordering: .relaxed) } }
 
     @inline(__always)
     static func precedes(_ a: TimerEntry, _ b: TimerEntry) -> Bool {
@@ -19,23 +44,27 @@ struct TimerEntry {
     }
 }
 
-/// A binary min-heap of timer entries ordered by (fire date, insertion), one per mode.
+/// A min-heap of timer entries ordered by (fire date, insertion), one per mode.
 ///
 /// Rescheduling or removing a timer does not search the heap: it bumps the timer's generation,
 /// which makes its old entries stale, and pushes a fresh entry. Stale entries are dropped when they
 /// reach the top, and the heap is rebuilt when they outnumber the live ones, so its size stays
 /// within twice the live timers (plus a constant).
 ///
-/// A plain binary heap rather than swift-collections' `Heap` (a min-max heap) because
-/// ``coalescedDeadline()`` walks the tree and prunes subtrees by their root, which needs the
-/// binary layout.
+/// A plain 4-ary heap rather than swift-collections' `Heap` (a min-max heap) because
+/// ``coalescedDeadline()`` walks the tree and prunes subtrees by their root, which needs a plain
+/// d-ary layout. Four children per node halve the depth of a binary heap, and the children sit
+/// side by side in memory, which matters once the heap outgrows the caches (100,000 timers are
+/// 4 MB of entries).
 struct TimerHeap {
     private(set) var entries: ContiguousArray<TimerEntry> = []
+    /// Children per node.
+    static let arity = 4
 
     var isEmpty: Bool { entries.isEmpty }
     var count: Int { entries.count }
 
-    /// Adds an entry.
+    /// Adds an entry, taking over its retain.
     ///
     /// - Complexity: O(log n).
     mutating func insert(_ entry: TimerEntry) {
@@ -43,7 +72,8 @@ struct TimerHeap {
         siftUp(entries.count - 1)
     }
 
-    /// The earliest live entry, dropping stale entries from the top first.
+    /// The earliest live entry (still owned by the heap), dropping stale entries from the top
+    /// first.
     ///
     /// - Complexity: O(log n) per stale entry dropped, O(1) otherwise.
     mutating func peekLive() -> TimerEntry? {
@@ -51,11 +81,13 @@ struct TimerHeap {
             let top = entries[0]
             if top.isLive { return top }
             removeTop()
+            top.release()
         }
         return nil
     }
 
-    /// Removes and returns the earliest live entry if it is due at `now`.
+    /// Removes and returns the earliest live entry if it is due at `now`; the caller owns its
+    /// retain.
     ///
     /// - Complexity: O(log n).
     mutating func popDue(now: Int64) -> TimerEntry? {
@@ -82,11 +114,15 @@ struct TimerHeap {
         guard entry.fireNs < deadline else { return }
         // A timer firing in an outer run is skipped, as CoreFoundation skips it when arming: a
         // nested run must not spin on it.
-        if entry.isLive, entry.latestNs < deadline, !entry.timer.firing.load(ordering: .relaxed) {
+        if entry.isLive, entry.latestNs < deadline, !entry.isFiring {
             deadline = entry.latestNs
         }
-        visit(2 * index + 1, buffer, &deadline)
-        visit(2 * index + 2, buffer, &deadline)
+        let first = Self.arity * index + 1
+        var child = first
+        while child < first + Self.arity {
+            visit(child, buffer, &deadline)
+            child += 1
+        }
     }
 
     /// Rebuilds the heap from its live entries once stale ones outnumber `liveCount`.
@@ -94,16 +130,29 @@ struct TimerHeap {
     /// - Complexity: O(n) when it rebuilds, O(1) otherwise; amortized O(1) per stale entry.
     mutating func compactIfNeeded(liveCount: Int) {
         guard entries.count > 64, entries.count > 2 * liveCount + 32 else { return }
-        entries.removeAll { !$0.isLive }
-        var index = entries.count / 2 - 1
+        var kept = 0
+        for index in entries.indices {
+            let entry = entries[index]
+            if entry.isLive {
+                entries[kept] = entry
+                kept += 1
+            } else {
+                entry.release()
+            }
+        }
+        entries.removeLast(entries.count - kept)
+        var index = (entries.count - 2) / Self.arity
         while index >= 0 {
             siftDown(index)
             index -= 1
         }
     }
 
-    /// Drops every entry.
-    mutating func removeAll() { entries.removeAll() }
+    /// Drops every entry, releasing their timers.
+    mutating func removeAll() {
+        for entry in entries { entry.release() }
+        entries.removeAll()
+    }
 
     private mutating func removeTop() {
         let last = entries.removeLast()
@@ -117,7 +166,7 @@ struct TimerHeap {
             var child = start
             let moving = heap[child]
             while child > 0 {
-                let parent = (child - 1) / 2
+                let parent = (child - 1) / Self.arity
                 guard TimerEntry.precedes(moving, heap[parent]) else { break }
                 heap[child] = heap[parent]
                 child = parent
@@ -132,9 +181,15 @@ struct TimerHeap {
             var parent = start
             let moving = heap[parent]
             while true {
-                var child = 2 * parent + 1
-                guard child < count else { break }
-                if child + 1 < count, TimerEntry.precedes(heap[child + 1], heap[child]) { child += 1 }
+                let first = Self.arity * parent + 1
+                guard first < count else { break }
+                var child = first
+                var sibling = first + 1
+                let end = min(first + Self.arity, count)
+                while sibling < end {
+                    if TimerEntry.precedes(heap[sibling], heap[child]) { child = sibling }
+                    sibling += 1
+                }
                 guard TimerEntry.precedes(heap[child], moving) else { break }
                 heap[parent] = heap[child]
                 parent = child

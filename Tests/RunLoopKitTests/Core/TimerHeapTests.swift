@@ -39,7 +39,10 @@ import Testing
         let expected = model.enumerated().filter { $0.offset % 3 != 0 }.map(\.element)
             .sorted { ($0.fire, $0.sequence) < ($1.fire, $1.sequence) }.map(\.sequence)
         var popped: [UInt64] = []
-        while let next = heap.popDue(now: .max) { popped.append(next.sequence) }
+        while let next = heap.popDue(now: .max) {
+            popped.append(next.sequence)
+            next.release()  // a popped entry's retain is the caller's
+        }
         #expect(popped == expected)
         #expect(heap.isEmpty)
     }
@@ -68,6 +71,7 @@ import Testing
                 expected = min(expected, timer.latest)
             }
             #expect(heap.coalescedDeadline() == expected, "round \(round)")
+            heap.removeAll()
         }
     }
 
@@ -85,7 +89,10 @@ import Testing
         }
         #expect(heap.count <= 2 * keep.count + 33)
         var popped = 0
-        while heap.popDue(now: .max) != nil { popped += 1 }
+        while let next = heap.popDue(now: .max) {
+            popped += 1
+            next.release()
+        }
         #expect(popped == keep.count)
     }
 }
