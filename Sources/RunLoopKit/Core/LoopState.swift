@@ -210,10 +210,16 @@ struct LoopState: Sendable {
         for index in indexes where state.modes.remove(index) { modes[index].timerCount -= 1 }
     }
 
-    /// Takes the timer out of every mode it is in.
-    mutating func unscheduleEverywhere(_ timer: RunLoopTimer, _ state: inout TimerState) {
+    /// Takes the timer out of every mode it is in and out of the common items, and unties it from
+    /// this loop.
+    mutating func detach(_ timer: RunLoopTimer, _ state: inout TimerState) {
         state.modes.forEach { index in modes[index].timerCount -= 1 }
         state.modes.removeAll()
+        if state.inCommonModes {
+            state.inCommonModes = false
+            commonTimers.removeAll { $0 === timer }
+        }
+        state.loop = nil
     }
 
     // MARK: Common modes

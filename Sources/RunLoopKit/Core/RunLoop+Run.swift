@@ -273,12 +273,7 @@ extension RunLoop {
                 timerState.valid = false
                 timer.generation.add(1, ordering: .releasing)
                 guard timerState.loop === self else { return }
-                state.unscheduleEverywhere(timer, &timerState)
-                if timerState.inCommonModes {
-                    timerState.inCommonModes = false
-                    state.commonTimers.removeAll { $0 === timer }
-                }
-                timerState.loop = nil
+                state.detach(timer, &timerState)
             }
         }
     }

@@ -358,12 +358,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         mutatingItems { state in
             timer.state.locked { timerState in
                 guard timerState.loop === self else { return }
-                state.unscheduleEverywhere(timer, &timerState)
-                if timerState.inCommonModes {
-                    timerState.inCommonModes = false
-                    state.commonTimers.removeAll { $0 === timer }
-                }
-                timerState.loop = nil
+                state.detach(timer, &timerState)
             }
         }
     }
