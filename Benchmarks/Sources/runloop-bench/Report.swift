@@ -7,10 +7,19 @@ enum Format {
         guard v.isFinite else { return "—" }
         switch unit {
         case .perSecond: return scaled(v) + "/s"
-        case .seconds: return v >= 1 ? String(format: "%.2f s", v) : v >= 1e-3 ? String(format: "%.2f ms", v * 1e3) : String(format: "%.1f µs", v * 1e6)
-        case .microseconds: return v >= 1000 ? String(format: "%.2f ms", v / 1e3) : v >= 100 ? String(format: "%.0f µs", v) : String(format: "%.1f µs", v)
+        case .seconds:
+            return v >= 1
+                ? String(format: "%.2f s", v)
+                : v >= 1e-3 ? String(format: "%.2f ms", v * 1e3) : String(format: "%.1f µs", v * 1e6)
+        case .microseconds:
+            return v >= 1000
+                ? String(format: "%.2f ms", v / 1e3)
+                : v >= 100 ? String(format: "%.0f µs", v) : String(format: "%.1f µs", v)
         case .nanoseconds: return nanos(v * 1e-9 * 1e9)
-        case .bytes: return v >= 1e6 ? String(format: "%.1f MB", v / 1e6) : v >= 1e4 ? String(format: "%.1f kB", v / 1e3) : String(format: "%.0f B", v)
+        case .bytes:
+            return v >= 1e6
+                ? String(format: "%.1f MB", v / 1e6)
+                : v >= 1e4 ? String(format: "%.1f kB", v / 1e3) : String(format: "%.0f B", v)
         case .count: return v == v.rounded() ? String(format: "%.0f", v) : String(format: "%.3f", v)
         }
     }
@@ -32,11 +41,14 @@ enum Format {
         let (divisor, suffix, digits): (Double, String, Int)
         switch unit {
         case .perSecond:
-            (divisor, suffix, digits) = s.median >= 1e6 ? (1e6, " M/s", 2) : s.median >= 1e3 ? (1e3, " k/s", 0) : (1, "/s", 1)
+            (divisor, suffix, digits) =
+                s.median >= 1e6 ? (1e6, " M/s", 2) : s.median >= 1e3 ? (1e3, " k/s", 0) : (1, "/s", 1)
         case .seconds:
-            (divisor, suffix, digits) = s.median >= 1 ? (1, " s", 2) : s.median >= 1e-3 ? (1e-3, " ms", 2) : (1e-6, " µs", 1)
+            (divisor, suffix, digits) =
+                s.median >= 1 ? (1, " s", 2) : s.median >= 1e-3 ? (1e-3, " ms", 2) : (1e-6, " µs", 1)
         case .microseconds:
-            (divisor, suffix, digits) = s.median >= 1000 ? (1e3, " ms", 2) : s.median >= 100 ? (1, " µs", 0) : (1, " µs", 1)
+            (divisor, suffix, digits) =
+                s.median >= 1000 ? (1e3, " ms", 2) : s.median >= 100 ? (1, " µs", 0) : (1, " µs", 1)
         case .nanoseconds: (divisor, suffix, digits) = (1, " ns", 0)
         case .bytes: (divisor, suffix, digits) = s.median >= 1e4 ? (1e3, " kB", 1) : (1, " B", 0)
         case .count:
@@ -69,7 +81,8 @@ struct Machine: Codable, Sendable {
         var u = utsname()
         uname(&u)
         let kernel = withUnsafeBytes(of: &u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        return Machine(nproc: ProcessInfo.processInfo.activeProcessorCount, cpu: model, kernel: kernel, swift: swiftVersion())
+        return Machine(
+            nproc: ProcessInfo.processInfo.activeProcessorCount, cpu: model, kernel: kernel, swift: swiftVersion())
     }
 
     private static func swiftVersion() -> String {
@@ -83,7 +96,9 @@ struct Machine: Codable, Sendable {
             try process.run()
             let data = pipe.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
-            if let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first(where: { $0.contains("Swift version") }) {
+            if let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first(where: {
+                $0.contains("Swift version")
+            }) {
                 return String(line)
             }
         } catch {}

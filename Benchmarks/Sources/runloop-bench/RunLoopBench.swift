@@ -33,7 +33,9 @@ struct RunLoopBench: ParsableCommand {
 
     @Option(
         name: .customLong("impl"),
-        help: "Run only this implementation (repeatable: runloopkit, cf, nio, floor); for profiling one, e.g. under perf record. Ratios need all.")
+        help:
+            "Run only this implementation (repeatable: runloopkit, cf, nio, floor); for profiling one, e.g. under perf record. Ratios need all."
+    )
     var impls: [String] = []
 
     @Option(help: "Repetitions of each implementation (at least 1; the targets assume 5 or more).")
@@ -42,7 +44,10 @@ struct RunLoopBench: ParsableCommand {
     @Option(help: "Also write the figures as JSON to this file.")
     var json: String?
 
-    @Flag(help: "Run every workload at its full size on every implementation (CF's timer churn: 1,000,000 operations instead of 100,000 scaled).")
+    @Flag(
+        help:
+            "Run every workload at its full size on every implementation (CF's timer churn: 1,000,000 operations instead of 100,000 scaled)."
+    )
     var full = false
 
     @Flag(help: "List the workloads and exit.")
@@ -51,17 +56,21 @@ struct RunLoopBench: ParsableCommand {
     func validate() throws {
         guard reps >= 1 else { throw ValidationError("--reps must be at least 1") }
         for name in impls where !Impl.allCases.contains(where: { $0.option == name }) {
-            throw ValidationError("unknown implementation '\(name)'; known: \(Impl.allCases.map(\.option).joined(separator: ", "))")
+            throw ValidationError(
+                "unknown implementation '\(name)'; known: \(Impl.allCases.map(\.option).joined(separator: ", "))")
         }
         let known = Set(allWorkloads.map(\.name))
         for name in only where !known.contains(name) {
-            throw ValidationError("unknown workload '\(name)'; known: \(allWorkloads.map(\.name).joined(separator: ", "))")
+            throw ValidationError(
+                "unknown workload '\(name)'; known: \(allWorkloads.map(\.name).joined(separator: ", "))")
         }
     }
 
     func run() throws {
         if list {
-            for (i, w) in allWorkloads.enumerated() { print("\(w.name.padding(toLength: 9, withPad: " ", startingAt: 0)) \(i + 1). \(w.title)") }
+            for (i, w) in allWorkloads.enumerated() {
+                print("\(w.name.padding(toLength: 9, withPad: " ", startingAt: 0)) \(i + 1). \(w.title)")
+            }
             return
         }
         let selected = workloads(full: full).enumerated().filter { only.isEmpty || only.contains($0.element.name) }

@@ -101,7 +101,8 @@ struct AllocationWorkload: Workload {
         let (timerWarmUp, fires, interval) = (self.timerWarmUp, self.timerFires, Double(self.timerIntervalNs) / 1e9)
         let perTimerPass = BenchThread.run { () -> Double in
             let tally = Tally()
-            let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, cfNow() + interval, interval, 0, 0) { timer in
+            let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, cfNow() + interval, interval, 0, 0) {
+                timer in
                 tally.count += 1
                 if tally.count == timerWarmUp { cbench_alloc_counter_start() }
                 if tally.count == timerWarmUp + fires {

@@ -67,7 +67,8 @@ struct IterationWorkload: Workload {
             me.value = source
             CFRunLoopAddSource(loop, source.source, kCFRunLoopDefaultMode)
             let observer = CFRunLoopObserverCreateWithHandler(
-                kCFAllocatorDefault, CFOptionFlags(0x0FFF_FFFF), true, 0) { _, _ in }
+                kCFAllocatorDefault, CFOptionFlags(0x0FFF_FFFF), true, 0
+            ) { _, _ in }
             if observed { CFRunLoopAddObserver(loop, observer, kCFRunLoopDefaultMode) }
             source.signal()
             let start = cbench_now_ns()

@@ -66,7 +66,9 @@ struct MemoryWorkload: Workload {
             let base = cfNow()
             let before = cbench_heap_in_use()
             for offset in offsets {
-                let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0) { _ in }
+                let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0) {
+                    _ in
+                }
                 CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
             }
             return perTimer(before, cbench_heap_in_use())

@@ -65,7 +65,8 @@ struct TimerAccuracyWorkload: Workload {
             let loop = RunLoop.current
             let recorder = Recorder(durationNs: durationNs)
             let start = ContinuousClock.now
-            let timer = RunLoopTimer(fireAt: start + .nanoseconds(intervalNs), interval: .nanoseconds(intervalNs)) { timer in
+            let timer = RunLoopTimer(fireAt: start + .nanoseconds(intervalNs), interval: .nanoseconds(intervalNs)) {
+                timer in
                 if recorder.fire(at: nanoseconds(ContinuousClock.now - start)) {
                     timer.invalidate()
                     RunLoop.current.stop()
@@ -85,7 +86,8 @@ struct TimerAccuracyWorkload: Workload {
             let recorder = Recorder(durationNs: durationNs)
             let start = cfNow()
             let interval = Double(intervalNs) / 1e9
-            let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, start + interval, interval, 0, 0) { timer in
+            let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, start + interval, interval, 0, 0) {
+                timer in
                 if recorder.fire(at: (cfNow() - start) * 1e9) {
                     CFRunLoopTimerInvalidate(timer)
                     CFRunLoopStop(CFRunLoopGetCurrent())

@@ -83,7 +83,9 @@ struct TimerChurnWorkload: Workload {
         let loop = host.loop
         let s = host.sync { () -> Double in
             let base = NIODeadline.now()
-            var ring: [Scheduled<Void>] = offsets[0..<live].map { loop.scheduleTask(deadline: base + .nanoseconds($0)) {} }
+            var ring: [Scheduled<Void>] = offsets[0..<live].map {
+                loop.scheduleTask(deadline: base + .nanoseconds($0)) {}
+            }
             let start = cbench_now_ns()
             for i in 0..<operations {
                 let task = loop.scheduleTask(deadline: base + .nanoseconds(offsets[live + i])) {}

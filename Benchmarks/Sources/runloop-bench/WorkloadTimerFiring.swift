@@ -85,7 +85,8 @@ struct TimerFiringWorkload: Workload {
             c.firstDue = base * 1e9 + Double(first)
             for offset in offsets {
                 let timer = CFRunLoopTimerCreateWithHandler(
-                    kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0) { _ in c.fired() }
+                    kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0
+                ) { _ in c.fired() }
                 CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
             }
             c.overran = c.now() >= c.firstDue
@@ -121,7 +122,8 @@ struct TimerFiringWorkload: Workload {
     func notes(_ r: WorkloadResults) -> [String] {
         implementations.compactMap { impl in
             guard let overruns = r.stats[impl]?["overran"]?.samples.count else { return nil }
-            return "warning: \(impl.rawValue) was still adding timers when the first was due in \(overruns) repetition(s)"
+            return
+                "warning: \(impl.rawValue) was still adding timers when the first was due in \(overruns) repetition(s)"
         }
     }
 }

@@ -58,7 +58,8 @@ struct TimerInsertionWorkload: Workload {
                 let start = cbench_now_ns()
                 for offset in offsets {
                     let timer = CFRunLoopTimerCreateWithHandler(
-                        kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0) { _ in }
+                        kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0
+                    ) { _ in }
                     CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
                 }
                 return seconds(from: start, to: cbench_now_ns())
@@ -86,8 +87,10 @@ struct TimerInsertionWorkload: Workload {
         let big = sizes.max()!
         let small = sizes.min()!
         var checks = [
-            TargetCheck.ratio("\(big.formatted()) timers ≥ 20× faster than CF", r.advantage(key(big), over: .cf), atLeast: 20),
-            TargetCheck.ratio("\(big.formatted()) timers ≥ 2× faster than NIO", r.advantage(key(big), over: .nio), atLeast: 2),
+            TargetCheck.ratio(
+                "\(big.formatted()) timers ≥ 20× faster than CF", r.advantage(key(big), over: .cf), atLeast: 20),
+            TargetCheck.ratio(
+                "\(big.formatted()) timers ≥ 2× faster than NIO", r.advantage(key(big), over: .nio), atLeast: 2),
         ]
         // n log n: the per-timer cost may grow with log n. Allowed: twice the log factor (cache
         // misses grow too); linear growth of the per-timer cost (a sorted array) is far above it.
@@ -96,7 +99,8 @@ struct TimerInsertionWorkload: Workload {
             let logFactor = log(Double(big)) / log(Double(small))
             checks.append(
                 TargetCheck(
-                    target: "growth close to n log n (per-timer cost \(small.formatted())→\(big.formatted()) ≤ 2 × log factor \(String(format: "%.2f", logFactor)))",
+                    target:
+                        "growth close to n log n (per-timer cost \(small.formatted())→\(big.formatted()) ≤ 2 × log factor \(String(format: "%.2f", logFactor)))",
                     met: perTimerGrowth <= 2 * logFactor,
                     measured: String(format: "per-timer cost grew %.2f×", perTimerGrowth)))
         }
@@ -110,7 +114,9 @@ struct TimerInsertionWorkload: Workload {
                 guard let t = r.median(impl, key(n)) else { return "—" }
                 return "\(n.formatted()): \(Format.nanos(t * 1e9 / Double(n)))"
             }
-            lines.append("  \(impl.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)) \(costs.joined(separator: ", "))")
+            lines.append(
+                "  \(impl.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)) \(costs.joined(separator: ", "))"
+            )
         }
         return lines
     }
