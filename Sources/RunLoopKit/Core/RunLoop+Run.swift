@@ -485,9 +485,10 @@ struct RunScratch {
 
 /// State only the loop's own thread reads or writes.
 ///
-/// `@unchecked Sendable` is safe because every access happens on the loop's thread: the only
-/// callers are the run entry points (`run(mode:for:…)` and the phases it calls), each of which
-/// starts with `preconditionOnOwnThread`, and `RunLoop.deinit`, when no other reference exists.
+/// `@unchecked Sendable` is safe because every access happens on the loop's thread: the callers
+/// are the run entry points (`run(mode:for:…)` and the phases it calls), each of which starts with
+/// `preconditionOnOwnThread`; `tearDown()`, which runs from the thread-local destructor of the
+/// exiting loop thread itself; and `deinit`, when no other reference exists.
 final class LoopThreadState: @unchecked Sendable {
     var nextRunID: UInt64 = 0
     var warnedCommonRun = false
