@@ -4,17 +4,6 @@ import Testing
 
 /// The timer heap against a brute-force model: pop order, stale entries, coalesced deadlines.
 @Suite struct TimerHeapTests {
-    /// A deterministic generator, so a failure replays.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     private func entry(_ timer: RunLoopTimer, fire: Int64, tolerance: Int64, sequence: UInt64) -> TimerEntry {
         TimerEntry(
@@ -23,7 +12,7 @@ import Testing
     }
 
     @Test func popsInFireThenInsertionOrderAndSkipsStaleEntries() {
-        var random = SplitMix(state: 42)
+        var random = SplitMix(seed: 42)
         var heap = TimerHeap()
         var model: [(fire: Int64, sequence: UInt64, timer: RunLoopTimer)] = []
         for sequence in 1...2_000 as ClosedRange<UInt64> {
@@ -48,7 +37,7 @@ import Testing
     }
 
     @Test func coalescedDeadlineMatchesBruteForce() {
-        var random = SplitMix(state: 7)
+        var random = SplitMix(seed: 7)
         for round in 0..<200 {
             var heap = TimerHeap()
             var live: [(fire: Int64, latest: Int64)] = []

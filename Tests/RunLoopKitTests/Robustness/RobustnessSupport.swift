@@ -47,25 +47,6 @@ final class LoopHost: @unchecked Sendable {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64), so a failing stress run can be replayed.
-struct SplitMix: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// True with probability 1/n.
-    mutating func oneIn(_ n: UInt64) -> Bool { next() % n == 0 }
-
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-}
-
 /// A seed for this run: `RUNLOOPKIT_STRESS_SEED` if set, else from the clock.
 func stressSeed() -> UInt64 {
     if let raw = getenv("RUNLOOPKIT_STRESS_SEED"), let seed = UInt64(String(cString: raw)) { return seed }
