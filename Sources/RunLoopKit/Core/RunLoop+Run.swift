@@ -170,7 +170,8 @@ extension RunLoop {
         drainInbox()
         guard !confined.blocks.isEmpty else { return }
         swap(&confined.blocks, &context.scratch.blocks)
-        let modeIsCommon = state.locked { $0.isCommon(context.mode) }
+        refreshItems(&context)
+        let modeIsCommon = context.items.modeIsCommon
         while let block = context.scratch.blocks.popFirst() {
             if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                 block.body()
@@ -412,7 +413,8 @@ extension RunLoop {
                 sources: mode.sources,
                 observers: mode.observers,
                 observerMask: mode.observerMask,
-                timerCount: mode.timerCount
+                timerCount: mode.timerCount,
+                modeIsCommon: state.isCommon(mode.name)
             )
         }
     }
@@ -423,7 +425,7 @@ extension RunLoop {
         refreshItems(&context)
         if !context.items.sources.isEmpty || context.items.timerCount > 0 { return false }
         if !inbox.hasReady && confined.blocks.isEmpty { return true }
-        return !hasBlocks(for: context.mode, modeIsCommon: state.locked { $0.isCommon(context.mode) })
+        return !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }
 
     /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups
@@ -473,6 +475,9 @@ struct ModeItems {
     var observers: ContiguousArray<RunLoopObserver> = []
     var observerMask: UInt = 0
     var timerCount = 0
+    /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
+    /// which bumps the items version too).
+    var modeIsCommon = false
 }
 
 /// Buffers a run reuses from pass to pass so that a steady-state pass allocates nothing. Each
