@@ -167,20 +167,34 @@ extension RunLoop {
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
-        drainInbox()
-        guard !confined.blocks.isEmpty else { return }
-        swap(&confined.blocks, &context.scratch.blocks)
+        let hasOlder = !confined.blocks.isEmpty
+        let batch = inbox.exchange(&context.scratch.spareBatch)
+        guard hasOlder || batch != nil else { return }
         refreshItems(&context)
         let modeIsCommon = context.items.modeIsCommon
-        while let block = context.scratch.blocks.popFirst() {
-            if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
-                block.body()
-            } else {
-                context.scratch.otherModes.append(block)
+        if hasOlder {
+            // Blocks kept from earlier passes (for other modes) are older than the inbox's.
+            swap(&confined.blocks, &context.scratch.blocks)
+            while let block = context.scratch.blocks.popFirst() {
+                if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
+                    block.body()
+                } else {
+                    context.scratch.otherModes.append(block)
+                }
             }
         }
+        if let batch {
+            while let block = batch.popFirst() {
+                if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
+                    block.body()
+                } else {
+                    context.scratch.otherModes.append(block)
+                }
+            }
+            context.scratch.spareBatch = batch
+        }
         if !context.scratch.otherModes.isEmpty {
-            // Ahead of anything queued meanwhile: they are older.
+            // Ahead of anything a nested run moved there meanwhile: they are older.
             confined.blocks.prepend(contentsOf: context.scratch.otherModes)
             context.scratch.otherModes.removeAll(keepingCapacity: true)
         }
@@ -485,6 +499,8 @@ struct ModeItems {
 struct RunScratch {
     var blocks = Deque<PendingBlock>()
     var otherModes = Deque<PendingBlock>()
+    /// An emptied inbox buffer, handed back to the inbox at the next exchange.
+    var spareBatch: BlockBuffer?
     var dueTimers = ContiguousArray<TimerEntry>()
 }
 

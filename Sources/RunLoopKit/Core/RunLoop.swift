@@ -410,8 +410,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(1) amortized.
     public func perform(inModes modes: [Mode] = RunLoop.defaultModeOnly, _ block: @escaping @Sendable () -> Void) {
         guard let first = modes.first else { return }
-        guard !blocksClosed.load(ordering: .acquiring) else {
-            Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+        if modes.count == 1 && first == .default {
+            enqueue(PendingBlock(modes: .defaultOnly, body: block))
             return
         }
         // As CFRunLoopPerformBlock: the block's modes exist from now on (not the placeholder).
@@ -420,9 +420,27 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 for mode in modes where mode != .default && mode != .common { _ = state.index(of: mode) }
             }
         }
-        let blockModes: PendingBlock.Modes =
-            modes.count > 1 ? .many(modes) : first == .default ? .defaultOnly : .one(first)
-        inbox.push(PendingBlock(modes: blockModes, body: block))
+        enqueue(PendingBlock(modes: modes.count > 1 ? .many(modes) : .one(first), body: block))
+    }
+
+    /// Queues `block` to run on the loop's thread the next time the loop runs in the default mode,
+    /// and wakes the loop: ``perform(inModes:_:)`` with `[.default]`, without looking at a modes
+    /// array.
+    ///
+    /// - Complexity: O(1) amortized.
+    public func perform(_ block: consuming @escaping @Sendable () -> Void) {
+        enqueue(PendingBlock(modes: .defaultOnly, body: block))
+    }
+
+    /// Hands a block to the loop's inbox and wakes the loop; drops it (with a warning) once the
+    /// loop's thread has exited.
+    @inline(__always)
+    private func enqueue(_ block: consuming PendingBlock) {
+        guard !blocksClosed.load(ordering: .acquiring) else {
+            Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+            return
+        }
+        inbox.push(block)
         requestWakeUp()
     }
 
