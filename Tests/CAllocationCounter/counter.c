@@ -2,6 +2,7 @@
 // forwarding to glibc's own entry points. Test-only: lets a test assert that a steady-state run
 // loop pass allocates nothing.
 #define _GNU_SOURCE
+#include <malloc.h>
 #include "CAllocationCounter.h"
 #include <stddef.h>
 #include <errno.h>
@@ -47,3 +48,5 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
     return 0;
 }
 #endif
+
+size_t alloc_counter_usable_size(const void *pointer) { return malloc_usable_size((void *)pointer); }

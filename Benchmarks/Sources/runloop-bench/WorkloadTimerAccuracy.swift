@@ -22,6 +22,9 @@ struct TimerAccuracyWorkload: Workload {
             Metric("p50_us", "lateness p50", .microseconds, .lowerIsBetter),
             Metric("p99_us", "lateness p99", .microseconds, .lowerIsBetter),
             Metric("max_us", "lateness max", .microseconds, .lowerIsBetter),
+            Metric("spin_p50_us", "p50, 200 µs spin window", .microseconds, .lowerIsBetter),
+            Metric("spin_p99_us", "p99, 200 µs spin window", .microseconds, .lowerIsBetter),
+            Metric("spin_max_us", "max, 200 µs spin window", .microseconds, .lowerIsBetter),
         ]
     }
 
@@ -59,10 +62,22 @@ struct TimerAccuracyWorkload: Workload {
         return ["p50_us": percentile(late, 50), "p99_us": percentile(late, 99), "max_us": late.last ?? .nan]
     }
 
+    /// The ``RunLoop/timerSpinWindow`` of the second RunLoopKit measurement.
+    static let spinWindow: Duration = .microseconds(200)
+
+    /// RunLoopKit as it comes (sleeping until the timer is due, like CF), then with a 200 µs
+    /// ``RunLoop/timerSpinWindow``.
     func runRunLoopKit() -> Measurement {
+        var figures = measureRunLoopKit(spinWindow: .zero)
+        for (key, value) in measureRunLoopKit(spinWindow: Self.spinWindow) { figures["spin_" + key] = value }
+        return figures
+    }
+
+    private func measureRunLoopKit(spinWindow: Duration) -> Measurement {
         let (intervalNs, durationNs) = (self.intervalNs, self.durationNs)
         let times = BenchThread.run { () -> [Double] in
             let loop = RunLoop.current
+            loop.timerSpinWindow = spinWindow
             let recorder = Recorder(durationNs: durationNs)
             let start = ContinuousClock.now
             let timer = RunLoopTimer(fireAt: start + .nanoseconds(intervalNs), interval: .nanoseconds(intervalNs)) {
@@ -123,17 +138,25 @@ struct TimerAccuracyWorkload: Workload {
         guard let mine = r.median(.runLoopKit, "p99_us"), let cf = r.median(.cf, "p99_us") else {
             return [TargetCheck(target: "p99 ≤ 200 µs and ≤ CF's p99 / 5", met: false, measured: "no figure")]
         }
-        return [
+        var checks = [
             TargetCheck(target: "p99 ≤ 200 µs", met: mine <= 200, measured: String(format: "%.0f µs", mine)),
             TargetCheck(
-                target: "p99 ≤ CF's p99 / 5", met: mine <= cf / 5,
+                target: "p99 ≤ CF's p99 / 5 (sleeping until due, as CF)", met: mine <= cf / 5,
                 measured: String(format: "%.0f µs vs CF %.0f µs (CF/5 = %.0f µs)", mine, cf, cf / 5)),
         ]
+        if let spin = r.median(.runLoopKit, "spin_p99_us") {
+            checks.append(
+                TargetCheck(
+                    target: "p99 ≤ CF's p99 / 5 (200 µs timerSpinWindow)", met: spin <= cf / 5,
+                    measured: String(format: "%.1f µs vs CF %.0f µs (CF/5 = %.0f µs)", spin, cf, cf / 5)))
+        }
+        return checks
     }
 
     func notes(_ r: WorkloadResults) -> [String] {
         [
-            "NIO's scheduleRepeatedTask is fixed-delay (each run schedules the next one delay later), so against a fixed-rate schedule its lateness includes the drift it accumulates."
+            "RunLoopKit's first three rows sleep in the kernel until the timer is due, as CF does: both are late by the kernel's wakeup latency on this machine. The spin-window rows set RunLoop.timerSpinWindow = 200 µs (opt-in): the loop wakes 200 µs early and waits out the rest on the CPU, up to a fifth of a core for a 1 ms timer.",
+            "NIO's scheduleRepeatedTask is fixed-delay (each run schedules the next one delay later), so against a fixed-rate schedule its lateness includes the drift it accumulates.",
         ]
     }
 }

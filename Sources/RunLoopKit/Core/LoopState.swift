@@ -188,7 +188,7 @@ struct LoopState: Sendable {
                 fireNs: state.fireNs,
                 latestNs: latest,
                 sequence: state.sequence,
-                generation: timer.generation.load(ordering: .relaxed),
+                generation: timer.generation,
                 timer: timer
             )
         )
@@ -199,7 +199,7 @@ struct LoopState: Sendable {
     /// Gives the timer a new generation (making its old entries stale) and pushes fresh entries
     /// into each of its modes; returns the earliest latest-fire time pushed.
     mutating func repush(_ timer: RunLoopTimer, _ state: TimerState) -> Int64 {
-        timer.generation.add(1, ordering: .releasing)
+        timer.bumpGeneration()
         var earliest = LoopClock.never
         state.modes.forEach { index in earliest = min(earliest, push(timer, state, into: index)) }
         return earliest

@@ -247,28 +247,34 @@ extension RunLoop {
         guard context.items.timerCount > 0 else { return }
         let now = LoopClock.now()
         state.locked { state in
-            while let entry = state.modes[context.modeIndex].timers.popDue(now: now) {
+            while let entry = state.modes[context.modeIndex].timers.popEarliest(dueBy: now) {
                 context.scratch.dueTimers.append(entry)
             }
         }
-        guard !context.scratch.dueTimers.isEmpty else { return }
+        let due = context.scratch.dueTimers.count
+        guard due > 0 else { return }
+        // A big batch of timers does not fit in the caches: each is brought in this far ahead.
+        let lookahead = 8
+        for index in 0..<min(lookahead, due) { context.scratch.dueTimers[index].prefetchTimer() }
         var index = 0
-        while index < context.scratch.dueTimers.count {
+        while index < due {
             let entry = context.scratch.dueTimers[index]
+            if index + lookahead < due { context.scratch.dueTimers[index + lookahead].prefetchTimer() }
             index += 1
-            // An earlier handler of this pass may have invalidated or moved it.
+            // Stale since it was scheduled, or an earlier handler of this pass invalidated or moved it.
             guard entry.isLive else {
                 entry.release()
                 continue
             }
-            let timer = entry.timer
-            if timer.firing.exchange(true, ordering: .acquiring) {
+            // The entry's retain keeps the timer alive until `entry.release()`.
+            unowned(unsafe) let timer = entry.timer
+            if !timer.beginFiring() {
                 // It is firing in an outer run: its entry goes back to the heap for later.
                 state.locked { state in state.modes[context.modeIndex].timers.insert(entry) }
                 continue
             }
             timer.handler(timer)
-            timer.firing.store(false, ordering: .releasing)
+            timer.endFiring()
             if timer.intervalNs == 0 {
                 retireOneShot(timer)
             } else {
@@ -286,7 +292,7 @@ extension RunLoop {
             timer.state.locked { timerState in
                 guard timerState.valid else { return }
                 timerState.valid = false
-                timer.generation.add(1, ordering: .releasing)
+                timer.bumpGeneration()
                 guard timerState.loop === self else { return }
                 state.detach(timer, &timerState)
             }
@@ -300,7 +306,7 @@ extension RunLoop {
         state.locked { state in
             timer.state.locked { timerState in
                 guard timerState.valid, timerState.loop === self,
-                    timer.generation.load(ordering: .relaxed) == entry.generation
+                    timer.generation == entry.generation
                 else { return }
                 let now = LoopClock.now()
                 var next = entry.fireNs.addingSaturated(timer.intervalNs)
@@ -335,16 +341,31 @@ extension RunLoop {
             confined.recentCrossThreadWakeUp = true
             return
         }
-        let sleepNeeded = state.locked { state -> Bool in
+        let spinWindow = timerSpinNs.load(ordering: .relaxed)
+        let plan = state.locked { state -> SleepPlan in
             let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
-            let deadline = min(timerDeadline, context.deadline)
-            guard deadline > LoopClock.now() else { return false }
+            var deadline = min(timerDeadline, context.deadline)
+            let now = LoopClock.now()
+            guard deadline > now else { return .none }
+            if spinWindow > 0 && timerDeadline <= context.deadline {
+                // A timer ends this sleep: wake `spinWindow` early and spin the rest.
+                let early = timerDeadline.subtractingSaturated(spinWindow)
+                if early <= now { return .spin(until: timerDeadline) }
+                deadline = early
+            }
             if deadline != state.armedDeadline { arm(&state, deadline) }
-            return true
+            return .kernel
         }
-        guard sleepNeeded else {
+        switch plan {
+        case .none:
             sleeping.store(false, ordering: .sequentiallyConsistent)
             return
+        case .spin(let until):
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            spinUntilTimer(until)
+            return
+        case .kernel:
+            break
         }
         let count: Int32
         do {
@@ -373,6 +394,27 @@ extension RunLoop {
             }
         }
         confined.recentCrossThreadWakeUp = wokenByAnotherThread
+    }
+
+    /// Waits on the CPU until `deadline` (a timer's) or a wakeup request, whichever comes first
+    /// (see ``RunLoop/timerSpinWindow``). `sleeping` is clear meanwhile, so wakers only set the
+    /// request flag, which this watches.
+    private func spinUntilTimer(_ deadline: Int64) {
+        var spins = 0
+        while true {
+            if wakeRequested.load(ordering: .relaxed) {
+                // An exchange, not a store: it synchronizes with the waker (see wait).
+                _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+                confined.recentCrossThreadWakeUp = true
+                return
+            }
+            crlk_cpu_relax()
+            spins &+= 1
+            if spins & 7 == 0, LoopClock.now() >= deadline {
+                confined.recentCrossThreadWakeUp = false
+                return
+            }
+        }
     }
 
     /// Spins for at most ``LoopThreadState/spinNanoseconds`` watching for a wakeup request;
@@ -492,6 +534,14 @@ struct ModeItems {
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false
+}
+
+/// What a wait does once it has decided to wait: nothing (the deadline passed), sleep in the
+/// kernel, or spin on the CPU until a timer is due (``RunLoop/timerSpinWindow``).
+enum SleepPlan {
+    case none
+    case kernel
+    case spin(until: Int64)
 }
 
 /// Buffers a run reuses from pass to pass so that a steady-state pass allocates nothing. Each

@@ -14,19 +14,44 @@ import Synchronization
 /// A timer belongs to at most one loop (any number of its modes); adding it to a second loop
 /// does nothing.
 public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
-    /// The repeat interval; `.zero` for a one-shot timer.
-    public let interval: Duration
+    /// The repeat interval; `.zero` for a one-shot timer (saturated to `Int64.max` nanoseconds,
+    /// about 292 years).
+    public var interval: Duration { .nanoseconds(intervalNs) }
     /// The order among timers due at the same moment in CoreFoundation; kept for API parity
     /// (RunLoopKit fires equal fire dates in insertion order).
     public let order: Int
 
     let intervalNs: Int64
     let handler: @Sendable (RunLoopTimer) -> Void
-    /// Bumped (under `state`'s lock) on every change of schedule, membership or validity: a heap
-    /// entry whose generation differs is stale. Read without the lock.
-    let generation = Atomic<UInt64>(1)
-    let firing = Atomic<Bool>(false)
+    /// Bit 0: the timer's handler is running (set and cleared on the loop's thread only). The other
+    /// bits: the generation, bumped (under `state`'s lock) on every change of schedule, membership
+    /// or validity; a heap entry whose generation differs is stale. Read without the lock.
+    ///
+    /// One word for both keeps the object at 120 bytes, inside glibc's fast bins: freeing a
+    /// fired one-shot timer is then a push on a list rather than a coalescing free.
+    private let stamp = Atomic<UInt64>(2)
     let state: Mutex<TimerState>
+
+    /// The current generation (bit 0 clear).
+    @inline(__always)
+    var generation: UInt64 { stamp.load(ordering: .acquiring) & ~1 }
+
+    /// Makes every heap entry of the timer stale. Under `state`'s lock.
+    @inline(__always)
+    func bumpGeneration() { stamp.add(2, ordering: .releasing) }
+
+    /// Marks the handler as running; `false` if it already was (it fires in an outer run).
+    /// Loop thread only.
+    @inline(__always)
+    func beginFiring() -> Bool { stamp.bitwiseOr(1, ordering: .acquiring).oldValue & 1 == 0 }
+
+    /// Clears the running mark. Loop thread only.
+    @inline(__always)
+    func endFiring() { stamp.bitwiseAnd(~1, ordering: .releasing) }
+
+    /// Whether the handler is running.
+    @inline(__always)
+    var isFiring: Bool { stamp.load(ordering: .relaxed) & 1 != 0 }
 
     /// Creates a timer that first fires at `fireAt`.
     ///
@@ -45,7 +70,6 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     ) {
         let intervalNs = max(0, interval.saturatedNanoseconds)
         self.intervalNs = intervalNs
-        self.interval = .nanoseconds(intervalNs)
         self.order = order
         self.handler = handler
         self.state = Mutex(
@@ -91,7 +115,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         let loop: RunLoop? = state.locked { timer in
             guard timer.valid else { return nil }
             timer.valid = false
-            generation.add(1, ordering: .releasing)
+            bumpGeneration()
             return timer.loop?.loop
         }
         loop?.detach(self)
@@ -132,14 +156,15 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
 struct TimerState: Sendable {
     var fireNs: Int64
     var toleranceNs: Int64
-    var valid = true
     var loop: LoopRef?
     /// Indexes (into the loop's mode table) of the modes the timer is in.
     var modes = ModeIndexSet()
-    /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
-    var inCommonModes = false
     /// Insertion number in its loop: equal fire dates fire in this order.
     var sequence: UInt64 = 0
+    // The two flags last, together, so the struct has no padding between fields.
+    var valid = true
+    /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
+    var inCommonModes = false
 }
 
 /// `1.5ms`, `-20µs`, `3.000s`: a nanosecond count for people.

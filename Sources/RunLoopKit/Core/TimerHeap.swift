@@ -1,3 +1,5 @@
+import CRunLoopKit
+
 /// One scheduling of a timer in one mode's heap.
 ///
 /// An entry holds one manual retain of its timer, so that moving entries around the heap (each
@@ -27,16 +29,20 @@ struct TimerEntry {
     /// The timer (valid while this entry's retain is held).
     var timer: RunLoopTimer { owned.takeUnretainedValue() }
 
+    /// Starts loading the timer object into the cache, ahead of its use.
+    @inline(__always)
+    func prefetchTimer() { crlk_prefetch(owned.toOpaque(), 128) }
+
     /// Gives up this entry's retain of its timer.
     func release() { owned.release() }
 
     @inline(__always)
     var isLive: Bool {
-        owned._withUnsafeGuaranteedRef { $0.generation.load(ordering: .acquiring) } == generation
+        owned._withUnsafeGuaranteedRef { $0.generation } == generation
     }
 
     @inline(__always)
-    var isFiring: Bool { owned._withUnsafeGuaranteedRef { $0.firing.load(ordering: .relaxed) } }
+    var isFiring: Bool { owned._withUnsafeGuaranteedRef { $0.isFiring } }
 
     @inline(__always)
     static func precedes(_ a: TimerEntry, _ b: TimerEntry) -> Bool {
@@ -92,6 +98,20 @@ struct TimerHeap {
     /// - Complexity: O(log n).
     mutating func popDue(now: Int64) -> TimerEntry? {
         guard let top = peekLive(), top.fireNs <= now else { return nil }
+        removeTop()
+        return top
+    }
+
+    /// Removes and returns the earliest entry, live or stale, if it is due at `now`; the caller owns
+    /// its retain. Unlike ``popDue(now:)`` it does not touch the timer object, so a loop that pops
+    /// a batch of due entries can bring their timers into the cache ahead of use and check
+    /// liveness then.
+    ///
+    /// - Complexity: O(log n).
+    mutating func popEarliest(dueBy now: Int64) -> TimerEntry? {
+        // Not `entries.first`: unspecialized (in debug builds) it boxes the element.
+        guard !entries.isEmpty, entries[0].fireNs <= now else { return nil }
+        let top = entries[0]
         removeTop()
         return top
     }
@@ -175,26 +195,40 @@ struct TimerHeap {
         }
     }
 
+    /// Moves the entry at `start` down to its place. Bottom-up (Floyd): the hole at `start` first
+    /// follows the earliest child to a leaf, with no comparison against the moving entry, which
+    /// then climbs back, usually no more than a level since it came from the bottom. Each step
+    /// also starts loading the next level's children into the cache.
     private mutating func siftDown(_ start: Int) {
         entries.withUnsafeMutableBufferPointer { heap in
             let count = heap.count
-            var parent = start
-            let moving = heap[parent]
+            let base = heap.baseAddress!
+            let moving = heap[start]
+            var hole = start
             while true {
-                let first = Self.arity * parent + 1
+                let first = Self.arity * hole + 1
                 guard first < count else { break }
                 var child = first
-                var sibling = first + 1
                 let end = min(first + Self.arity, count)
+                var sibling = first + 1
                 while sibling < end {
                     if TimerEntry.precedes(heap[sibling], heap[child]) { child = sibling }
                     sibling += 1
                 }
-                guard TimerEntry.precedes(heap[child], moving) else { break }
-                heap[parent] = heap[child]
-                parent = child
+                let grandchildren = Self.arity * child + 1
+                if grandchildren < count {
+                    crlk_prefetch(base + grandchildren, UInt(MemoryLayout<TimerEntry>.stride * Self.arity))
+                }
+                heap[hole] = heap[child]
+                hole = child
             }
-            heap[parent] = moving
+            while hole > start {
+                let parent = (hole - 1) / Self.arity
+                guard TimerEntry.precedes(moving, heap[parent]) else { break }
+                heap[hole] = heap[parent]
+                hole = parent
+            }
+            heap[hole] = moving
         }
     }
 }

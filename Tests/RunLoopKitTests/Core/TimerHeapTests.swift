@@ -8,7 +8,7 @@ import Testing
     private func entry(_ timer: RunLoopTimer, fire: Int64, tolerance: Int64, sequence: UInt64) -> TimerEntry {
         TimerEntry(
             fireNs: fire, latestNs: fire + tolerance, sequence: sequence,
-            generation: timer.generation.load(ordering: .relaxed), timer: timer)
+            generation: timer.generation, timer: timer)
     }
 
     @Test func popsInFireThenInsertionOrderAndSkipsStaleEntries() {
@@ -23,7 +23,7 @@ import Testing
         }
         // Make every third timer stale, as invalidate() does.
         for (index, item) in model.enumerated() where index % 3 == 0 {
-            item.timer.generation.add(1, ordering: .relaxed)
+            item.timer.bumpGeneration()
         }
         let expected = model.enumerated().filter { $0.offset % 3 != 0 }.map(\.element)
             .sorted { ($0.fire, $0.sequence) < ($1.fire, $1.sequence) }.map(\.sequence)
@@ -48,7 +48,7 @@ import Testing
                 let tolerance = Int64.random(in: 0..<300, using: &random)
                 heap.insert(entry(timer, fire: fire, tolerance: tolerance, sequence: UInt64(sequence)))
                 if Bool.random(using: &random) {
-                    timer.generation.add(1, ordering: .relaxed)  // stale: must not count
+                    timer.bumpGeneration()  // stale: must not count
                 } else {
                     live.append((fire, fire + tolerance))
                 }
@@ -73,7 +73,7 @@ import Testing
         for round in 0..<10_000 {
             let churn = RunLoopTimer(fireAt: .now) { _ in }
             heap.insert(entry(churn, fire: Int64(round), tolerance: 0, sequence: UInt64(1_000 + round)))
-            churn.generation.add(1, ordering: .relaxed)
+            churn.bumpGeneration()
             heap.compactIfNeeded(liveCount: keep.count)
         }
         #expect(heap.count <= 2 * keep.count + 33)
