@@ -453,7 +453,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     func mutatingItems<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
         state.locked { state in
             let result = body(&state)
-            itemsVersion.add(1, ordering: .releasing)
+            // Every writer holds the lock, so a load and a store (no locked read-modify-write) lose
+            // no update.
+            itemsVersion.store(itemsVersion.load(ordering: .relaxed) &+ 1, ordering: .releasing)
             return result
         }
     }
