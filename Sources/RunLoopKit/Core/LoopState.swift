@@ -32,6 +32,14 @@ struct ModeState: Sendable {
     var observerMask: UInt = 0
     var timers = TimerHeap()
     var timerCount = 0
+    /// Version-1 sources (descriptor sources and message ports), sorted by order (stable).
+    var sources1: ContiguousArray<any Source1Item> = []
+    /// The descriptor sources among them, by the tag their epoll events carry.
+    var descriptorTags: [UInt64: FileDescriptorSource] = [:]
+    /// The mode's own epoll set (the loop's wakeup and timer descriptors plus the mode's
+    /// descriptor sources), made when its first descriptor source joins; -1 until then, and runs
+    /// in the mode sleep in the loop's base set.
+    var epollFD: Int32 = -1
 
     init(name: RunLoop.Mode) { self.name = name }
 
@@ -50,6 +58,9 @@ struct LoopState: Sendable {
     var commonSources: [RunLoopSource] = []
     var commonObservers: [RunLoopObserver] = []
     var commonTimers: [RunLoopTimer] = []
+    var commonSources1: [any Source1Item] = []
+    /// Which descriptor source watches each descriptor number (one per number per loop).
+    var descriptorOwners: [Int32: FileDescriptorSource] = [:]
     /// The modes (indexes) of the runs in progress, innermost last.
     var runningModes: [Int] = []
     /// The deadline the loop's timerfd is armed for; `LoopClock.never` when disarmed or expired.
@@ -83,7 +94,7 @@ struct LoopState: Sendable {
     /// Whether the mode at `index` has neither sources nor timers (observers do not count; pending
     /// blocks are the loop thread's to check).
     func hasNoItems(_ index: Int) -> Bool {
-        modes[index].sources.isEmpty && modes[index].timerCount == 0
+        modes[index].sources.isEmpty && modes[index].timerCount == 0 && modes[index].sources1.isEmpty
     }
 
     // MARK: Sources
@@ -230,7 +241,9 @@ struct LoopState: Sendable {
         guard mode != .common, !commonModes.contains(mode) else { return [] }
         commonModes.append(mode)
         // As CFRunLoopAddCommonMode: the mode is made only if there are common items to put in it.
-        if commonSources.isEmpty && commonObservers.isEmpty && commonTimers.isEmpty { return [] }
+        if commonSources.isEmpty && commonObservers.isEmpty && commonTimers.isEmpty && commonSources1.isEmpty {
+            return []
+        }
         let index = index(of: mode)
         var joined: [RunLoopSource] = []
         for source in commonSources where insert(source, into: index) { joined.append(source) }
@@ -244,6 +257,12 @@ struct LoopState: Sendable {
             timer.state.locked { state in
                 guard state.valid, state.loop === loop else { return }
                 _ = schedule(timer, &state, into: index)
+            }
+        }
+        for item in commonSources1 {
+            item.withRegistration { registration in
+                guard registration.valid, registration.loop === loop else { return }
+                loop.join(item, &registration, index, &self)
             }
         }
         return joined

@@ -132,9 +132,10 @@ extension RunLoop {
             if !poll { doObservers(.afterWaiting, &context) }
 
             doTimers(&context)
+            let source1Handled = doSources1(&context)
             doBlocks(&context)
 
-            if sourceHandled && context.returnAfterSourceHandled { return .handledSource }
+            if (sourceHandled || source1Handled) && context.returnAfterSourceHandled { return .handledSource }
             if context.deadline != LoopClock.never, LoopClock.now() >= context.deadline { return .timedOut }
             if consumeStop(context) { return .stopped }
             if isModeEmpty(&context) { return .finished }
@@ -321,6 +322,73 @@ extension RunLoop {
         }
     }
 
+    /// Handles the version-1 sources that are ready: descriptor sources the last wait reported,
+    /// and sources that asked for attention (message ports with messages, descriptors found
+    /// closed), in ascending order (equal orders: oldest source first). With
+    /// `returnAfterSourceHandled`, handles one callout (CoreFoundation handles the one port that
+    /// woke it). Returns whether a callout ran.
+    private func doSources1(_ context: inout RunContext) -> Bool {
+        var attention =
+            source1Attention.load(ordering: .relaxed) && source1Attention.exchange(false, ordering: .acquiring)
+        if !context.sources1Scanned {
+            context.sources1Scanned = true
+            attention = true
+        }
+        guard !context.scratch.kernelEvents.isEmpty || attention else { return false }
+        refreshItems(&context)
+        if !context.scratch.kernelEvents.isEmpty {
+            state.locked { state in
+                let tags = state.modes[context.modeIndex].descriptorTags
+                for (tag, events) in context.scratch.kernelEvents {
+                    if let source = tags[tag] { context.scratch.readySources1.append((source, events)) }
+                }
+            }
+            context.scratch.kernelEvents.removeAll(keepingCapacity: true)
+        }
+        if attention {
+            for item in context.items.sources1 where item.needsAttention {
+                if !context.scratch.readySources1.contains(where: { $0.item === item }) {
+                    context.scratch.readySources1.append((item, 0))
+                }
+            }
+        }
+        sortByOrder(&context.scratch.readySources1)
+        var handled = false
+        var index = 0
+        while index < context.scratch.readySources1.count {
+            let (item, events) = context.scratch.readySources1[index]
+            index += 1
+            if item.perform(kernelEvents: events, onlyOne: context.returnAfterSourceHandled, on: self) {
+                handled = true
+                if context.returnAfterSourceHandled { break }
+            }
+        }
+        if index < context.scratch.readySources1.count {
+            // Left for the next pass: descriptors are reported again (level-triggered); the rest
+            // must be looked at again.
+            source1Attention.store(true, ordering: .releasing)
+        }
+        context.scratch.readySources1.removeAll(keepingCapacity: true)
+        return handled
+    }
+
+    /// Insertion sort by (order, id): the list is short (one wait's events at most, plus the
+    /// sources that asked for attention), and this allocates nothing.
+    private func sortByOrder(_ ready: inout ContiguousArray<(item: any Source1Item, events: UInt32)>) {
+        guard ready.count > 1 else { return }
+        for end in 1..<ready.count {
+            let moving = ready[end]
+            var position = end
+            while position > 0,
+                (ready[position - 1].item.order, ready[position - 1].item.id) > (moving.item.order, moving.item.id)
+            {
+                ready[position] = ready[position - 1]
+                position -= 1
+            }
+            ready[position] = moving
+        }
+    }
+
     /// Sleeps in the kernel until a wakeup, the mode's next timer (within its tolerance) or the
     /// run's deadline. The timerfd is re-armed only when the deadline changes.
     ///
@@ -328,10 +396,21 @@ extension RunLoop {
     /// call: timers are checked against the clock, and with no descriptor sources registered
     /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        guard let waiter, !poll else { return }
+        guard let waiter else { return }
+        let descriptors = context.items.hasDescriptors
+        // A version-1 source with work that no descriptor shows (a port's messages, possibly sent
+        // while the loop ran in another mode) keeps the loop awake, as a Mach port with a message
+        // does in CoreFoundation.
+        let sources1Pending =
+            source1Attention.load(ordering: .acquiring)
+            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
+        if poll || sources1Pending {
+            if descriptors { pollKernel(&context, waiter) }
+            return
+        }
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
-        if confined.recentCrossThreadWakeUp && spinForWakeUp() {
+        if !descriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
             _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
             return
         }
@@ -339,6 +418,7 @@ extension RunLoop {
         if wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             confined.recentCrossThreadWakeUp = true
+            if descriptors { pollKernel(&context, waiter) }
             return
         }
         let spinWindow = timerSpinNs.load(ordering: .relaxed)
@@ -359,10 +439,11 @@ extension RunLoop {
         switch plan {
         case .none:
             sleeping.store(false, ordering: .sequentiallyConsistent)
+            if descriptors { pollKernel(&context, waiter) }
             return
         case .spin(let until):
             sleeping.store(false, ordering: .sequentiallyConsistent)
-            spinUntilTimer(until)
+            spinUntilTimer(until, &context, waiter)
             return
         case .kernel:
             break
@@ -370,16 +451,33 @@ extension RunLoop {
         let count: Int32
         do {
             count = try Syscall.epollWait(
-                waiter.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: -1)
+                context.items.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: -1)
         } catch {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             Diagnostics.error("epoll_wait on \(shortDescription) failed: \(error)")
             return
         }
         sleeping.store(false, ordering: .sequentiallyConsistent)
+        confined.recentCrossThreadWakeUp = collect(count, &context, waiter)
+    }
+
+    /// Asks the kernel, without blocking, which of the mode's descriptors are ready.
+    private func pollKernel(_ context: inout RunContext, _ waiter: KernelWaiter) {
+        guard
+            let count = try? Syscall.epollWait(
+                context.items.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: 0)
+        else { return }
+        _ = collect(count, &context, waiter)
+    }
+
+    /// Sorts what a wait returned: wakeups (eventfd drained, request consumed), the timer
+    /// (timerfd drained, disarmed), and descriptor events, kept for ``doSources1(_:)``. Returns
+    /// whether another thread's wakeup was among them.
+    private func collect(_ count: Int32, _ context: inout RunContext, _ waiter: KernelWaiter) -> Bool {
         var wokenByAnotherThread = false
         for slot in 0..<Int(count) {
-            switch confined.events[slot].data.u64 {
+            let event = confined.events[slot]
+            switch event.data.u64 {
             case KernelWaiter.wakeTag:
                 try? Syscall.drainCounter(waiter.wakeFD)
                 // An exchange, not a store: it synchronizes with the waker, so what it queued
@@ -389,30 +487,38 @@ extension RunLoop {
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
                 state.locked { $0.armedDeadline = LoopClock.never }
-            default:
-                break
+            case let tag:
+                context.scratch.kernelEvents.append((tag, event.events))
             }
         }
-        confined.recentCrossThreadWakeUp = wokenByAnotherThread
+        return wokenByAnotherThread
     }
 
     /// Waits on the CPU until `deadline` (a timer's) or a wakeup request, whichever comes first
     /// (see ``RunLoop/timerSpinWindow``). `sleeping` is clear meanwhile, so wakers only set the
     /// request flag, which this watches.
-    private func spinUntilTimer(_ deadline: Int64) {
+    private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ waiter: KernelWaiter) {
+        let descriptors = context.items.hasDescriptors
         var spins = 0
         while true {
             if wakeRequested.load(ordering: .relaxed) {
                 // An exchange, not a store: it synchronizes with the waker (see wait).
                 _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
                 confined.recentCrossThreadWakeUp = true
+                if descriptors { pollKernel(&context, waiter) }
                 return
             }
             crlk_cpu_relax()
             spins &+= 1
             if spins & 7 == 0, LoopClock.now() >= deadline {
                 confined.recentCrossThreadWakeUp = false
+                if descriptors { pollKernel(&context, waiter) }
                 return
+            }
+            // The mode's descriptors are asked about every few microseconds meanwhile.
+            if descriptors && spins & 255 == 0 {
+                pollKernel(&context, waiter)
+                if !context.scratch.kernelEvents.isEmpty { return }
             }
         }
     }
@@ -470,6 +576,9 @@ extension RunLoop {
                 observers: mode.observers,
                 observerMask: mode.observerMask,
                 timerCount: mode.timerCount,
+                sources1: mode.sources1,
+                epollFD: mode.epollFD >= 0 ? mode.epollFD : (waiter?.epollFD ?? -1),
+                hasDescriptors: !mode.descriptorTags.isEmpty,
                 modeIsCommon: state.isCommon(mode.name)
             )
         }
@@ -479,7 +588,9 @@ extension RunLoop {
     /// unless it has neither sources nor timers and blocks are queued.
     private func isModeEmpty(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
-        if !context.items.sources.isEmpty || context.items.timerCount > 0 { return false }
+        if !context.items.sources.isEmpty || context.items.timerCount > 0 || !context.items.sources1.isEmpty {
+            return false
+        }
         if !inbox.hasReady && confined.blocks.isEmpty { return true }
         return !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }
@@ -521,6 +632,9 @@ struct RunContext {
     let returnAfterSourceHandled: Bool
     var scratch: RunScratch
     var items = ModeItems()
+    /// Whether this run has looked at every version-1 source of its mode for work that came while
+    /// the loop ran in other modes (it does on its first pass).
+    var sources1Scanned = false
 }
 
 /// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
@@ -531,6 +645,12 @@ struct ModeItems {
     var observers: ContiguousArray<RunLoopObserver> = []
     var observerMask: UInt = 0
     var timerCount = 0
+    /// The mode's version-1 sources, in order.
+    var sources1: ContiguousArray<any Source1Item> = []
+    /// The epoll set runs in the mode sleep in (the mode's own, or the loop's base set), and
+    /// whether it holds descriptor sources (then even a poll asks the kernel).
+    var epollFD: Int32 = -1
+    var hasDescriptors = false
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false
@@ -552,6 +672,10 @@ struct RunScratch {
     /// An emptied inbox buffer, handed back to the inbox at the next exchange.
     var spareBatch: BlockBuffer?
     var dueTimers = ContiguousArray<TimerEntry>()
+    /// Descriptor events the last wait collected: the source's tag and the epoll bits.
+    var kernelEvents = ContiguousArray<(tag: UInt64, events: UInt32)>()
+    /// The version-1 sources ready this pass, with their events.
+    var readySources1 = ContiguousArray<(item: any Source1Item, events: UInt32)>()
 }
 
 /// State only the loop's own thread reads or writes.

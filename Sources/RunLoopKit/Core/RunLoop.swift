@@ -48,6 +48,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let innermostRun = Atomic<UInt64>(0)
     /// The id of the run ``stop()`` asked to end.
     let stopRequest = Atomic<UInt64>(0)
+    /// A version-1 source has something to deliver that its epoll events do not show (a message
+    /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
+    /// sources.
+    let source1Attention = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
 
@@ -123,6 +127,30 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             state.commonSources.removeAll()
             state.commonObservers.removeAll()
             state.commonTimers.removeAll()
+            var sources1: [any Source1Item] = []
+            for index in state.modes.indices {
+                for item in state.modes[index].sources1 where !sources1.contains(where: { $0 === item }) {
+                    sources1.append(item)
+                }
+                state.modes[index].sources1.removeAll()
+                state.modes[index].descriptorTags.removeAll()
+                if state.modes[index].epollFD >= 0 {
+                    Syscall.close(state.modes[index].epollFD)
+                    state.modes[index].epollFD = -1
+                }
+            }
+            for item in state.commonSources1 where !sources1.contains(where: { $0 === item }) { sources1.append(item) }
+            state.commonSources1.removeAll()
+            state.descriptorOwners.removeAll()
+            // Untied under each item's lock (see LoopRef); they stay valid and can join another loop.
+            for item in sources1 {
+                item.withRegistration { registration in
+                    guard registration.loop === self else { return }
+                    registration.loop = nil
+                    registration.modes.removeAll()
+                    registration.inCommonModes = false
+                }
+            }
             return (sources, timers, observers)
         }
         for timer in timers {

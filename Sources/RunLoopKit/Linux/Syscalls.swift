@@ -29,6 +29,15 @@ enum Syscall {
         try retryingOnInterrupt { timerfd_create(CLOCK_BOOTTIME, Int32(TFD_CLOEXEC) | Int32(TFD_NONBLOCK)) }
     }
 
+    /// `epoll_ctl`: adds (`EPOLL_CTL_ADD`), changes (`EPOLL_CTL_MOD`) or removes
+    /// (`EPOLL_CTL_DEL`) `fd`'s registration in `epfd`, its events tagged with `tag`.
+    static func epollControl(_ epfd: Int32, _ operation: Int32, fd: Int32, events: UInt32, tag: UInt64) throws(Errno) {
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = tag
+        _ = try retryingOnInterrupt { epoll_ctl(epfd, operation, fd, &event) }
+    }
+
     /// Registers `fd` with `epfd` for `events`, tagging its events with `tag`.
     static func epollAdd(_ epfd: Int32, fd: Int32, events: UInt32, tag: UInt64) throws(Errno) {
         var event = epoll_event()

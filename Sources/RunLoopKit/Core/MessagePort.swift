@@ -1,0 +1,200 @@
+import DequeModule
+import Synchronization
+
+/// An in-process port: any thread sends typed messages, and the loop the port is scheduled on
+/// wakes and hands them to the handler on its thread, first in, first out.
+///
+/// The stand-in for the Mach ports of seed 002 ("Mach Port 跨线程通信"): a version-1 source that
+/// another thread makes ready. Messages are handled after the loop wakes (after
+/// ``RunLoop/Activity/afterWaiting`` and the due timers), in ascending ``order`` among the mode's
+/// version-1 sources, only while the loop runs in one of the port's modes; handling counts as a
+/// handled source (with `returnAfterSourceHandled`, one message is handled and the run returns).
+///
+/// Nothing accepted is lost: each message ``send(_:)`` accepts is either delivered or returned by
+/// ``invalidate()``. A send that is refused throws, and the error carries the message back.
+/// Messages sent before the port is added to a loop wait, and are delivered once it is.
+///
+/// A port belongs to one loop (any number of its modes).
+public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStringConvertible {
+    /// Why ``MessagePort/send(_:)`` refused a message, with the message.
+    public enum SendError: Error, CustomStringConvertible {
+        /// The port holds ``MessagePort/capacity`` undelivered messages.
+        case full(Message)
+        /// The port was invalidated.
+        case invalidated(Message)
+
+        /// The message that was not sent.
+        public var message: Message {
+            switch self {
+            case .full(let message), .invalidated(let message): message
+            }
+        }
+
+        /// What went wrong.
+        public var description: String {
+            switch self {
+            case .full: "MessagePort is full"
+            case .invalidated: "MessagePort is invalidated"
+            }
+        }
+    }
+
+    /// The most undelivered messages the port holds; nil for no limit.
+    public let capacity: Int?
+    /// The position among a mode's version-1 sources: lower orders are handled first.
+    public let order: Int
+
+    let id: UInt64
+    let handler: @Sendable (Message) -> Void
+    let registration = Mutex(Source1Registration())
+    private let queue = Mutex(PortQueue<Message>())
+    /// Messages are queued and the loop has not taken them yet (read without the lock).
+    private let hasQueued = Atomic<Bool>(false)
+    /// The batch the loop is delivering, loop thread only.
+    private let inFlight = InFlightMessages<Message>()
+
+    /// Creates a port.
+    ///
+    /// - Parameters:
+    ///   - capacity: The most undelivered messages it holds (at least 1); nil for no limit.
+    ///   - order: The position among a mode's version-1 sources.
+    ///   - handler: Called on the loop's thread with each message, in the order they were sent.
+    public init(capacity: Int? = nil, order: Int = 0, handler: @escaping @Sendable (Message) -> Void) {
+        if let capacity { precondition(capacity >= 1, "MessagePort capacity must be at least 1, got \(capacity)") }
+        self.capacity = capacity
+        self.order = order
+        self.handler = handler
+        self.id = Source1IDs.make()
+    }
+
+    /// Queues `message` and wakes the loop the port is on. Any thread.
+    ///
+    /// - Throws: ``SendError/full(_:)`` when ``capacity`` messages wait,
+    ///   ``SendError/invalidated(_:)`` after ``invalidate()``; either way with the message.
+    /// - Complexity: O(1) amortized.
+    public func send(_ message: Message) throws(SendError) {
+        let refusal: SendError? = queue.locked { queue in
+            guard queue.valid else { return .invalidated(message) }
+            if let capacity, queue.messages.count >= capacity { return .full(message) }
+            queue.messages.append(message)
+            return nil
+        }
+        if let refusal { throw refusal }
+        // Only the first message of a batch tells the loop; the flag stays set until the loop
+        // takes the batch.
+        if hasQueued.load(ordering: .relaxed) || hasQueued.exchange(true, ordering: .acquiringAndReleasing) { return }
+        registration.locked { registration in registration.loop?.loop.source1NeedsAttention() }
+    }
+
+    /// How many messages wait for delivery.
+    public var queuedCount: Int { queue.locked { $0.messages.count } }
+
+    /// Whether the port still accepts messages.
+    public var isValid: Bool { queue.locked { $0.valid } }
+
+    /// Stops the port for good: later sends throw, the port leaves its loop, and the messages not
+    /// yet delivered are returned, oldest first. Called from the handler, it also returns the rest
+    /// of the batch being delivered; called from another thread while the loop delivers a batch,
+    /// that batch is still delivered. Safe from any thread.
+    @discardableResult
+    public func invalidate() -> [Message] {
+        var undelivered: [Message] = []
+        let loop: RunLoop? = registration.locked { registration in
+            let loop = registration.loop?.loop
+            registration.valid = false
+            return loop
+        }
+        let queued: Deque<Message>? = queue.locked { queue in
+            guard queue.valid else { return nil }
+            queue.valid = false
+            let messages = queue.messages
+            queue.messages = []
+            return messages
+        }
+        guard let queued else { return [] }
+        if let loop {
+            if loop.isCurrent { undelivered.append(contentsOf: inFlight.takeRest()) }
+            loop.detachSource1(self)
+        }
+        undelivered.append(contentsOf: queued)
+        return undelivered
+    }
+
+    /// Ports are equal only to themselves.
+    public static func == (lhs: MessagePort, rhs: MessagePort) -> Bool { lhs === rhs }
+
+    /// Hashes the port's identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    /// `<MessagePort<Int> 0x… queued 3 capacity 100 order 0 valid>`.
+    public var description: String {
+        let (count, valid) = queue.locked { ($0.messages.count, $0.valid) }
+        let limit = capacity.map { " capacity \($0)" } ?? ""
+        return
+            "<MessagePort<\(Message.self)> \(objectAddress(self)) queued \(count)\(limit) order \(order) \(valid ? "valid" : "invalid")>"
+    }
+}
+
+extension MessagePort: Source1Item {
+    func withRegistration<R>(_ body: (inout Source1Registration) -> R) -> R {
+        registration.locked { registration in body(&registration) }
+    }
+
+    var needsAttention: Bool { hasQueued.load(ordering: .acquiring) }
+
+    var descriptorSource: FileDescriptorSource? { nil }
+
+    func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool {
+        guard hasQueued.load(ordering: .acquiring) else { return false }
+        if onlyOne {
+            let (message, more): (Message?, Bool) = queue.locked { queue in
+                let message = queue.messages.popFirst()
+                return (message, !queue.messages.isEmpty)
+            }
+            if !more {
+                hasQueued.store(false, ordering: .releasing)
+                // A send between the pop and the store saw the flag set and did not tell the loop.
+                if queue.locked({ !$0.messages.isEmpty }) { hasQueued.store(true, ordering: .releasing) }
+            }
+            if more || hasQueued.load(ordering: .relaxed) { loop.source1NeedsAttention() }
+            guard let message else { return false }
+            handler(message)
+            return true
+        }
+        // Clear the flag before taking the batch: a message sent after the take sets it again.
+        hasQueued.store(false, ordering: .releasing)
+        let batch: Deque<Message> = queue.locked { queue in
+            let messages = queue.messages
+            queue.messages = Deque(minimumCapacity: messages.count)
+            return messages
+        }
+        guard !batch.isEmpty else { return false }
+        inFlight.begin(batch)
+        while let message = inFlight.next() { handler(message) }
+        return true
+    }
+}
+
+/// A port's queue, under its lock.
+struct PortQueue<Message: Sendable>: Sendable {
+    var messages = Deque<Message>()
+    var valid = true
+}
+
+/// The batch a loop is delivering; touched only on that loop's thread (``MessagePort/perform``
+/// and ``MessagePort/invalidate()`` when called there), hence `@unchecked Sendable`: it is
+/// never read or written from two threads.
+final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
+    private var batch = Deque<Message>()
+
+    func begin(_ messages: Deque<Message>) { batch = messages }
+
+    func next() -> Message? { batch.popFirst() }
+
+    /// Removes and returns what is left of the batch.
+    func takeRest() -> [Message] {
+        let rest = Array(batch)
+        batch.removeAll()
+        return rest
+    }
+}

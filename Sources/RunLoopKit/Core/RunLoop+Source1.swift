@@ -1,0 +1,233 @@
+import CRunLoopKit
+import Glibc
+import SystemPackage
+
+/// Version-1 sources: adding, removing and the bookkeeping behind ``FileDescriptorSource`` and
+/// ``MessagePort``. The phase that handles them is `doSources1` in RunLoop+Run.swift.
+extension RunLoop {
+    // MARK: Descriptor sources
+
+    /// Adds a descriptor source to `mode` (``Mode/common``: every common mode); the loop starts
+    /// watching its descriptor. A source belongs to one loop: adding it to a second loop, or
+    /// adding an invalidated source, does nothing.
+    ///
+    /// - Complexity: O(n) in the mode's version-1 sources, plus one `epoll_ctl` per mode joined.
+    public func add(_ source: FileDescriptorSource, forMode mode: Mode) { addSource1(source, forMode: mode) }
+
+    /// Removes a descriptor source from `mode` (``Mode/common``: from every common mode and from
+    /// the common items). The source stays valid and can be added again.
+    public func remove(_ source: FileDescriptorSource, forMode mode: Mode) { removeSource1(source, forMode: mode) }
+
+    /// Whether `source` is in `mode` (for ``Mode/common``: whether it was added for the common
+    /// modes).
+    public func contains(_ source: FileDescriptorSource, inMode mode: Mode) -> Bool {
+        containsSource1(source, inMode: mode)
+    }
+
+    // MARK: Message ports
+
+    /// Adds a message port to `mode` (``Mode/common``: every common mode); messages already sent to
+    /// it are delivered from the loop's next pass in that mode. A port belongs to one loop:
+    /// adding it to a second loop, or adding an invalidated port, does nothing.
+    ///
+    /// - Complexity: O(n) in the mode's version-1 sources.
+    public func add<Message>(_ port: MessagePort<Message>, forMode mode: Mode) { addSource1(port, forMode: mode) }
+
+    /// Removes a message port from `mode`; its messages wait until it runs in a mode again.
+    public func remove<Message>(_ port: MessagePort<Message>, forMode mode: Mode) {
+        removeSource1(port, forMode: mode)
+    }
+
+    /// Whether `port` is in `mode` (for ``Mode/common``: whether it was added for the common
+    /// modes).
+    public func contains<Message>(_ port: MessagePort<Message>, inMode mode: Mode) -> Bool {
+        containsSource1(port, inMode: mode)
+    }
+
+    // MARK: Shared
+
+    func addSource1(_ item: any Source1Item, forMode mode: Mode) {
+        var foreign = false
+        mutatingItems { state in
+            guard !state.tornDown else { return }
+            item.withRegistration { registration in
+                guard registration.valid else { return }
+                if let owner = registration.loop, owner !== self {
+                    foreign = true
+                    return
+                }
+                registration.loop = LoopRef(self)
+                if mode == .common && !registration.inCommonModes {
+                    registration.inCommonModes = true
+                    state.commonSources1.append(item)
+                }
+                for index in state.indexes(for: mode) { join(item, &registration, index, &state) }
+                if registration.modes.isEmpty && !registration.inCommonModes { registration.loop = nil }
+            }
+        }
+        if foreign {
+            Diagnostics.warning("\(item) already belongs to another run loop; not added to \(shortDescription)")
+        }
+        // Messages sent before the port was added, or a descriptor found closed while joining.
+        if item.needsAttention { source1NeedsAttention() }
+    }
+
+    /// Puts `item` in the mode at `index`. Under the loop's lock and the item's registration lock.
+    func join(
+        _ item: any Source1Item, _ registration: inout Source1Registration, _ index: Int, _ state: inout LoopState
+    ) {
+        guard registration.modes.insert(index) else { return }
+        let position =
+            state.modes[index].sources1.firstIndex { $0.order > item.order } ?? state.modes[index].sources1.endIndex
+        state.modes[index].sources1.insert(item, at: position)
+        guard let source = item.descriptorSource else { return }
+        // One source per descriptor number: an earlier valid source on the same number watched a
+        // descriptor that has been closed since (the number was reused).
+        if let earlier = state.descriptorOwners[source.descriptor], earlier !== source {
+            earlier.markClosed(reused: true)
+            for modeIndex in state.modes.indices { state.modes[modeIndex].descriptorTags[earlier.id] = nil }
+        }
+        state.descriptorOwners[source.descriptor] = source
+        state.modes[index].descriptorTags[source.id] = source
+        guard let epollFD = modeEpoll(index, &state) else { return }
+        do throws(Errno) {
+            try Syscall.epollControl(
+                epollFD, EPOLL_CTL_ADD, fd: source.descriptor, events: source.watchedEvents.epollInterest,
+                tag: source.id)
+        } catch Errno.fileExists {
+            try? Syscall.epollControl(
+                epollFD, EPOLL_CTL_MOD, fd: source.descriptor, events: source.watchedEvents.epollInterest,
+                tag: source.id)
+        } catch {
+            // EBADF: closed before it could be watched; the loop tells the handler.
+            source.markClosed(reused: false)
+        }
+    }
+
+    /// The epoll set of the mode at `index`, made on first use. Under the loop's lock.
+    private func modeEpoll(_ index: Int, _ state: inout LoopState) -> Int32? {
+        if state.modes[index].epollFD >= 0 { return state.modes[index].epollFD }
+        guard let waiter else { return nil }
+        do throws(Errno) {
+            let epollFD = try Syscall.epollCreate()
+            do throws(Errno) {
+                try Syscall.epollAdd(
+                    epollFD, fd: waiter.wakeFD, events: UInt32(CRLK_EPOLLIN), tag: KernelWaiter.wakeTag)
+                try Syscall.epollAdd(
+                    epollFD, fd: waiter.timerFD, events: UInt32(CRLK_EPOLLIN), tag: KernelWaiter.timerTag)
+            } catch {
+                Syscall.close(epollFD)
+                throw error
+            }
+            state.modes[index].epollFD = epollFD
+            return epollFD
+        } catch {
+            Diagnostics.error(
+                "could not make an epoll set for mode \(state.modes[index].name) of \(shortDescription): \(error); its descriptor sources will not wake the loop"
+            )
+            return nil
+        }
+    }
+
+    /// Takes `item` out of the mode at `index`. Under the loop's lock and the item's lock.
+    private func leave(
+        _ item: any Source1Item, _ registration: inout Source1Registration, _ index: Int, _ state: inout LoopState
+    ) {
+        guard registration.modes.remove(index) else { return }
+        state.modes[index].sources1.removeAll { $0 === item }
+        guard let source = item.descriptorSource else { return }
+        state.modes[index].descriptorTags[source.id] = nil
+        if !source.numberReused.load(ordering: .relaxed), state.modes[index].epollFD >= 0 {
+            try? Syscall.epollControl(
+                state.modes[index].epollFD, EPOLL_CTL_DEL, fd: source.descriptor, events: 0, tag: 0)
+        }
+    }
+
+    func removeSource1(_ item: any Source1Item, forMode mode: Mode) {
+        mutatingItems { state in
+            item.withRegistration { registration in
+                guard registration.loop === self else { return }
+                if mode == .common {
+                    guard registration.inCommonModes else { return }
+                    registration.inCommonModes = false
+                    state.commonSources1.removeAll { $0 === item }
+                } else if state.modeIndex[mode] == nil {
+                    return
+                }
+                for index in state.indexes(for: mode) { leave(item, &registration, index, &state) }
+                if registration.modes.isEmpty && !registration.inCommonModes { untie(item, &registration, &state) }
+            }
+        }
+    }
+
+    func containsSource1(_ item: any Source1Item, inMode mode: Mode) -> Bool {
+        state.locked { state in
+            item.withRegistration { registration in
+                guard registration.loop === self else { return false }
+                if mode == .common { return registration.inCommonModes }
+                guard let index = state.modeIndex[mode] else { return false }
+                return registration.modes.contains(index)
+            }
+        }
+    }
+
+    /// Takes an invalidated item out of every mode. Any thread.
+    func detachSource1(_ item: any Source1Item) {
+        mutatingItems { state in
+            item.withRegistration { registration in
+                guard registration.loop === self else { return }
+                var indexes: [Int] = []
+                registration.modes.forEach { indexes.append($0) }
+                for index in indexes { leave(item, &registration, index, &state) }
+                if registration.inCommonModes {
+                    registration.inCommonModes = false
+                    state.commonSources1.removeAll { $0 === item }
+                }
+                untie(item, &registration, &state)
+            }
+        }
+    }
+
+    private func untie(_ item: any Source1Item, _ registration: inout Source1Registration, _ state: inout LoopState) {
+        registration.loop = nil
+        if let source = item.descriptorSource, state.descriptorOwners[source.descriptor] === source {
+            state.descriptorOwners[source.descriptor] = nil
+        }
+    }
+
+    /// Applies a descriptor source's watched events in each of its modes (the value current when
+    /// the locks are held, so racing setters end with the last one's value). Any thread; takes
+    /// the loop's lock, then the source's.
+    func updateInterest(_ source: FileDescriptorSource) {
+        var closed = false
+        state.locked { state in
+            source.registration.locked { registration in
+                guard registration.loop === self, !source.numberReused.load(ordering: .relaxed) else { return }
+                let interest = source.watchedEvents.epollInterest
+                registration.modes.forEach { index in
+                    let epollFD = state.modes[index].epollFD
+                    guard epollFD >= 0 else { return }
+                    do throws(Errno) {
+                        try Syscall.epollControl(
+                            epollFD, EPOLL_CTL_MOD, fd: source.descriptor, events: interest, tag: source.id)
+                    } catch Errno.badFileDescriptor {
+                        closed = true
+                    } catch {
+                        // ENOENT: the kernel dropped a closed descriptor's registration.
+                        closed = true
+                    }
+                }
+            }
+        }
+        if closed {
+            source.markClosed(reused: false)
+            source1NeedsAttention()
+        }
+    }
+
+    /// Tells the loop a version-1 source has something to deliver, and wakes it. Any thread.
+    func source1NeedsAttention() {
+        source1Attention.store(true, ordering: .releasing)
+        requestWakeUp()
+    }
+}
