@@ -24,6 +24,11 @@ import SystemPackage
 /// a source for a number an earlier, still valid source watches means the earlier source's
 /// descriptor was closed and its number reused, so the earlier source is told ``Events/closed``
 /// and invalidated.
+///
+/// Close a watched descriptor through ``invalidate()`` (with ``ownsDescriptor``) or after it. A
+/// descriptor closed behind the source's back simply stops producing events (the kernel drops
+/// it from every epoll set); the loop finds out, and tells the handler ``Events/closed``, when
+/// the number is reused by another source on the loop or when changing ``watchedEvents`` fails.
 public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvertible {
     /// What a descriptor source watches for, and what its handler is told.
     public struct Events: OptionSet, Sendable, Hashable, CustomStringConvertible {

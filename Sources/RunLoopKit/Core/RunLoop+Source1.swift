@@ -86,6 +86,7 @@ extension RunLoop {
         if let earlier = state.descriptorOwners[source.descriptor], earlier !== source {
             earlier.markClosed(reused: true)
             for modeIndex in state.modes.indices { state.modes[modeIndex].descriptorTags[earlier.id] = nil }
+            source1NeedsAttention()  // no lock taken: a flag and, at most, an eventfd write
         }
         state.descriptorOwners[source.descriptor] = source
         state.modes[index].descriptorTags[source.id] = source
@@ -101,6 +102,7 @@ extension RunLoop {
         } catch {
             // EBADF: closed before it could be watched; the loop tells the handler.
             source.markClosed(reused: false)
+            source1NeedsAttention()
         }
     }
 
