@@ -16,5 +16,6 @@ enum Tour {
         ObserverLog(),
         TimerWhileScrolling(),
         StoppingALoop(),
+        NetworkThread(),
     ]
 }
