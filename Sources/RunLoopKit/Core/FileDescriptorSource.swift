@@ -168,6 +168,9 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     /// thread. `reused`: its number now names another descriptor.
     func markClosed(reused: Bool) {
         if reused { numberReused.store(true, ordering: .relaxed) }
+        // The descriptor is gone: its number may name someone else's descriptor by now, so an
+        // owning source must not close it.
+        descriptorClosed.store(true, ordering: .relaxed)
         pendingBroken.store(Events.closed.rawValue, ordering: .releasing)
     }
 

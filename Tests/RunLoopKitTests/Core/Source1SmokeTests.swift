@@ -52,4 +52,33 @@ import class RunLoopKit.RunLoop
         #expect(throws: Errno.badFileDescriptor) { try FileDescriptorSource(descriptor: -1) { _, _ in } }
         #expect(throws: Errno.badFileDescriptor) { try FileDescriptorSource(descriptor: 99_999) { _, _ in } }
     }
+
+    /// An owning source whose descriptor was closed behind its back, its number then reused by
+    /// another source's descriptor, is told `.closed` and invalidated without closing the new
+    /// descriptor (a regression: it used to close it).
+    @Test func reusedNumberIsNotClosedByTheEarlierOwningSource() {
+        let outcome = diffRunOnFreshThread { () -> (firstEvents: String, firstValid: Bool, secondOpen: Bool) in
+            let loop = RunLoop.current
+            var first: [Int32] = [0, 0]
+            var second: [Int32] = [0, 0]
+            _ = pipe(&first)
+            let told = Mutex("")
+            let earlier = try! FileDescriptorSource(descriptor: first[0], ownsDescriptor: true) { _, events in
+                told.locked { $0 = "\(events)" }
+            }
+            loop.add(earlier, forMode: .default)
+            close(first[0])
+            _ = pipe(&second)  // the lowest free number: first[0]'s
+            let later = try! FileDescriptorSource(descriptor: second[0]) { _, _ in }
+            loop.add(later, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(50))
+            let open = fcntl(second[0], F_GETFD) != -1
+            later.invalidate()
+            for fd in [first[1], second[0], second[1]] { close(fd) }
+            return (told.locked { $0 }, earlier.isValid, open)
+        }
+        #expect(outcome?.firstEvents == "closed")
+        #expect(outcome?.firstValid == false)
+        #expect(outcome?.secondOpen == true)
+    }
 }
