@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -30,6 +31,10 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 
 /// Counts the open file descriptors of this process (entries in /proc/self/fd), or -1.
 int crlk_count_open_fds(void);
+
+/// `accept4(2)`, which Swift's Glibc module does not import (glibc declares it only under
+/// `_GNU_SOURCE`, which shims.c defines).
+int crlk_accept4(int fd, struct sockaddr *address, socklen_t *length, int flags);
 
 /// A spin-wait hint to the CPU (`pause` on x86, `yield` on Arm).
 void crlk_cpu_relax(void);

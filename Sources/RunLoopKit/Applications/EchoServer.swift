@@ -1,3 +1,4 @@
+import CRunLoopKit
 import Glibc
 import Synchronization
 import SystemPackage
@@ -254,7 +255,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
                 let fd: Int32
                 do throws(Errno) {
                     fd = try Syscall.retryingOnInterrupt {
-                        EchoSocket.accept4(
+                        crlk_accept4(
                             listener.descriptor, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
                     }
                 } catch {
@@ -516,20 +517,6 @@ enum EchoSocket {
         }
         return fd
     }
-
-    /// `accept4(2)`. Swift's Glibc module does not import it (glibc declares it only under
-    /// `_GNU_SOURCE`), so the C function is looked up once, by name, in the process's libraries.
-    static let accept4:
-        @convention(c) (
-            Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32
-        ) -> Int32 = {
-            guard let symbol = dlsym(nil, "accept4") else { fatalError("accept4 is missing from the C library") }
-            return unsafeBitCast(
-                symbol,
-                to: (@convention(c) (
-                    Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32
-                ) -> Int32).self)
-        }()
 
     /// The local port a socket is bound to.
     static func localPort(_ fd: Int32) throws(Errno) -> UInt16 {
