@@ -54,6 +54,32 @@ static inline __attribute__((always_inline)) void crlk_prefetch(const void *addr
 void crlk_tsan_acquire(void *address);
 void crlk_tsan_release(void *address);
 
+/// libdispatch's entry points for CoreFoundation's run loop ("4CF"), through which a run loop on
+/// the main thread serves `DispatchQueue.main` (see Sources/RunLoopKit/Integration/MainQueue.swift).
+/// The toolchain's libdispatch.so exports them (`nm -D`: `T _dispatch_get_main_queue_handle_4CF`,
+/// `T _dispatch_main_queue_callback_4CF`) but ships no header declaring them (they live in
+/// libdispatch's private headers), so they are declared here; RunLoopKit links libdispatch through
+/// `import Dispatch`. What they do on Linux (swift-corelibs-libdispatch, src/queue.c, checked on
+/// this toolchain, Swift 6.3.1):
+///
+/// `_dispatch_get_main_queue_handle_4CF` returns the main queue's `dispatch_runloop_handle_t`, an
+/// `int` on Linux: an eventfd made once (`eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)`, the same
+/// descriptor on every call). libdispatch writes 1 to it (`eventfd_write`) when the main queue gets
+/// work, and never reads it: the caller must read it (resetting the counter) before draining, as
+/// CFRunLoop.c's `__CFRunLoopServiceFileDescriptors` does, or a level-triggered wait wakes forever.
+/// It returns -1 once `dispatch_main()` has run (the main thread exited and libdispatch closed the
+/// eventfd; the main queue is then an ordinary serial queue served by worker threads).
+int _dispatch_get_main_queue_handle_4CF(void);
+
+/// Runs, on the calling thread, the blocks the main queue holds now (`@MainActor` jobs included);
+/// blocks they queue wait for the next call (libdispatch writes the eventfd again for them). The
+/// argument is ignored on Linux (a Mach message on Darwin): pass NULL. It must be called on the main
+/// thread: from another thread, with work queued, libdispatch stops the process ("called from the
+/// wrong thread"); after `dispatch_main()` it stops it too. A call made from inside a block it runs
+/// returns at once without running anything (the drain is not re-entrant), which is why CF does not
+/// serve the main queue in runs nested in a main-queue block.
+void _dispatch_main_queue_callback_4CF(void *msg);
+
 /// Constants Swift cannot import from the headers as macros of the right type.
 enum {
     CRLK_EPOLLIN = EPOLLIN,

@@ -84,7 +84,15 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The main thread's loop, reachable from any thread (it runs only on the main thread).
-    public static let main = RunLoop(ownerTID: getpid(), ownerName: "main", isMainLoop: true)
+    ///
+    /// Running in a common mode, it serves `DispatchQueue.main` and so `@MainActor` jobs, as
+    /// CoreFoundation's main loop does, and the main queue keeps its common modes from being empty
+    /// (see <doc:MainQueue>).
+    public static let main: RunLoop = {
+        let loop = RunLoop(ownerTID: getpid(), ownerName: "main", isMainLoop: true)
+        loop.attachMainDispatchQueue()  // Integration/MainQueue.swift
+        return loop
+    }()
 
     /// Whether the calling thread is the loop's own thread.
     public var isCurrent: Bool {
