@@ -33,6 +33,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Test-only: runs a main-queue scenario on a process's main thread, which tests never have
+        // (see Tests/MainQueueProbe/main.swift); Integration/MainQueueTests launch it.
+        .executableTarget(
+            name: "MainQueueProbe",
+            dependencies: ["RunLoopKit", "CRunLoopKit"],
+            path: "Tests/MainQueueProbe"
+        ),
         // Test-only: counts a thread's heap allocations (see Tests/CAllocationCounter).
         .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
         .testTarget(

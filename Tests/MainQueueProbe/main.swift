@@ -1,0 +1,227 @@
+// MainQueueProbe: runs one main-queue scenario on the process's main thread and prints its trace.
+//
+// Test support for Tests/RunLoopKitTests/Integration/MainQueueTests.swift. The main-queue rule is
+// about the main thread, and a test never has it: Swift Testing runs tests on worker threads, and
+// its runner has called dispatch_main() (the main thread is parked, the main queue is served by
+// worker threads, and libdispatch's main-queue handle is -1), in exit-test children too. So the
+// tests launch this small program, whose top-level code owns the main thread, once per engine:
+//
+//     MainQueueProbe cf modes        CoreFoundation's main loop (CFRunLoopRunInMode)
+//     MainQueueProbe rlk modes       RunLoopKit's RunLoop.main, same scenario
+//     MainQueueProbe rlk coexist     both in one process, each nested in the other
+//
+// It prints one line per event, then "done", and exits 0. Every run is bounded (5 s at most), and
+// nothing waits on a sleep: each run ends on the event the scenario is about.
+
+import CRunLoopKit
+import CoreFoundation
+import Dispatch
+// CoreFoundation's functions are in libFoundation.so on Linux: importing Foundation links it.
+import Foundation
+import Glibc
+import RunLoopKit
+import Synchronization
+
+import class RunLoopKit.RunLoop
+
+// MARK: - Trace
+
+let lines = Mutex<[String]>([])
+
+/// Records a line (blocks say whether they ran on the main thread).
+@Sendable func trace(_ line: String) {
+    lines.withLock { $0.append(line) }
+}
+
+/// Queues a block on the main queue that records `name` (and the thread it ran on).
+func queueBlock(_ name: String, then: (@Sendable () -> Void)? = nil) {
+    DispatchQueue.main.async {
+        trace("\(name) ran on \(crlk_is_main_thread() ? "the main thread" : "another thread")")
+        then?()
+    }
+}
+
+// MARK: - Engines: the same calls on CoreFoundation's main loop and on RunLoopKit's
+
+protocol Engine: Sendable {
+    /// Runs the main loop once in `mode` (CFRunLoopRunInMode); returns the result's name.
+    func run(_ mode: String, seconds: Double, returnAfterSourceHandled: Bool) -> String
+    /// Adds a one-shot timer to `mode` of the main loop; returns a closure that invalidates it.
+    @discardableResult
+    func addTimer(_ mode: String, after seconds: Double, _ body: @escaping @Sendable () -> Void) -> () -> Void
+    func addCommonMode(_ mode: String)
+    /// CFRunLoopRun / RunLoop.run(): the default mode until stopped or finished.
+    func runUntilStopped()
+    func stop()
+}
+
+func cfMode(_ name: String) -> CFRunLoopMode {
+    name == "default" ? kCFRunLoopDefaultMode : CFStringCreateWithCString(nil, name, CFStringBuiltInEncodings.UTF8.rawValue)
+}
+
+struct CFEngine: Engine {
+    func run(_ mode: String, seconds: Double, returnAfterSourceHandled: Bool) -> String {
+        switch CFRunLoopRunInMode(cfMode(mode), seconds, returnAfterSourceHandled).rawValue {
+        case 1: "finished"
+        case 2: "stopped"
+        case 3: "timedOut"
+        case 4: "handledSource"
+        case let other: "result \(other)"
+        }
+    }
+    @discardableResult
+    func addTimer(_ mode: String, after seconds: Double, _ body: @escaping @Sendable () -> Void) -> () -> Void {
+        let timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, CFAbsoluteTimeGetCurrent() + seconds, 0, 0, 0) {
+            _ in body()
+        }
+        CFRunLoopAddTimer(CFRunLoopGetMain(), timer, cfMode(mode))
+        return { CFRunLoopTimerInvalidate(timer) }
+    }
+    func addCommonMode(_ mode: String) { CFRunLoopAddCommonMode(CFRunLoopGetMain(), cfMode(mode)) }
+    func runUntilStopped() { CFRunLoopRun() }
+    func stop() { CFRunLoopStop(CFRunLoopGetMain()) }
+}
+
+struct RunLoopKitEngine: Engine {
+    func mode(_ name: String) -> RunLoop.Mode { name == "default" ? .default : RunLoop.Mode(rawValue: name) }
+    func run(_ mode: String, seconds: Double, returnAfterSourceHandled: Bool) -> String {
+        RunLoop.main.run(
+            mode: self.mode(mode), for: .seconds(seconds), returnAfterSourceHandled: returnAfterSourceHandled
+        ).description
+    }
+    @discardableResult
+    func addTimer(_ mode: String, after seconds: Double, _ body: @escaping @Sendable () -> Void) -> () -> Void {
+        let timer = RunLoopTimer(after: .seconds(seconds)) { _ in body() }
+        RunLoop.main.add(timer, forMode: self.mode(mode))
+        return { timer.invalidate() }
+    }
+    func addCommonMode(_ mode: String) { RunLoop.main.addCommonMode(self.mode(mode)) }
+    func runUntilStopped() { RunLoop.main.run() }
+    func stop() { RunLoop.main.stop() }
+}
+
+// MARK: - Scenarios
+
+/// The main-queue rule, step by step; the same calls on either engine.
+func modes(_ engine: any Engine) {
+    // 1. Work queued on the main queue, and a main-actor task.
+    queueBlock("A")
+    Task { @MainActor in trace("main-actor task ran on \(crlk_is_main_thread() ? "the main thread" : "another thread")") }
+
+    // 2. A private (non-common) mode does not serve the main queue: the run ends when its only
+    //    timer has fired and the mode is empty, with the work still queued.
+    engine.addTimer("Private", after: 0.02) { trace("timer in Private fired") }
+    trace("run(Private, 5 s) -> \(engine.run("Private", seconds: 5, returnAfterSourceHandled: false))")
+
+    // 3. The default mode (a common mode) serves it: the queued block and the task run.
+    trace("run(default, 5 s, returnAfterSourceHandled) -> \(engine.run("default", seconds: 5, returnAfterSourceHandled: true))")
+
+    // 4. With nothing queued, the default mode of the main loop is still not empty: the run waits.
+    trace("run(default, 50 ms), nothing queued -> \(engine.run("default", seconds: 0.05, returnAfterSourceHandled: false))")
+
+    // 5. A mode made common serves it too (a far timer makes the mode exist in CF).
+    engine.addCommonMode("Tracking")
+    let invalidateFar = engine.addTimer("Tracking", after: 3600) {}
+    queueBlock("B")
+    trace("run(Tracking, 5 s, returnAfterSourceHandled) -> \(engine.run("Tracking", seconds: 5, returnAfterSourceHandled: true))")
+    invalidateFar()
+
+    // 6. A run nested in a main-queue block does not serve the main queue (libdispatch does not
+    //    re-enter its drain): D waits for the block that nested the run to return.
+    queueBlock("C") {
+        queueBlock("D")
+        trace("  run(default, 100 ms) nested in C -> \(engine.run("default", seconds: 0.1, returnAfterSourceHandled: false))")
+    }
+    trace("run(default, 5 s, returnAfterSourceHandled) -> \(engine.run("default", seconds: 5, returnAfterSourceHandled: true))")
+    trace("run(default, 5 s, returnAfterSourceHandled) -> \(engine.run("default", seconds: 5, returnAfterSourceHandled: true))")
+
+    // 7. run() (CFRunLoopRun) keeps running while only the main queue feeds it: a main-actor task
+    //    sleeps (its continuation comes back through the main queue), then asyncAfter stops it.
+    Task { @MainActor in
+        try? await Task.sleep(for: .milliseconds(10))
+        trace("main-actor task resumed after Task.sleep")
+        DispatchQueue.main.asyncAfter(deadline: .now() + .milliseconds(10)) {
+            trace("asyncAfter block ran; stop()")
+            engine.stop()
+        }
+    }
+    engine.runUntilStopped()
+    trace("run() returned")
+}
+
+/// CoreFoundation and RunLoopKit in one process: whichever runs on the main thread serves the
+/// main queue, each nested in the other, and no work is lost or run twice.
+func coexist() {
+    let cf = CFEngine()
+    let rlk = RunLoopKitEngine()
+    trace("RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
+
+    rlk.addTimer("default", after: 0) {
+        queueBlock("X")
+        trace("  CF run(default) nested in a RunLoopKit timer -> \(cf.run("default", seconds: 5, returnAfterSourceHandled: true))")
+        queueBlock("Y")
+    }
+    trace("RunLoopKit run(default) -> \(rlk.run("default", seconds: 5, returnAfterSourceHandled: true))")
+
+    cf.addTimer("default", after: 0) {
+        queueBlock("Z")
+        trace("  RunLoopKit run(default) nested in a CF timer -> \(rlk.run("default", seconds: 5, returnAfterSourceHandled: true))")
+        queueBlock("W")
+    }
+    trace("CF run(default) -> \(cf.run("default", seconds: 5, returnAfterSourceHandled: true))")
+}
+
+/// Which loops serve the main queue, and what the main loop's description shows.
+func identity() {
+    trace("RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
+    trace("RunLoop.current is RunLoop.main on the main thread: \(RunLoop.current === RunLoop.main)")
+    let other = Mutex<Bool?>(nil)
+    let thread = ProbeThread { other.withLock { $0 = RunLoop.current.servesMainDispatchQueue } }
+    thread.join()
+    trace("a thread's loop serves the main queue: \(other.withLock { $0 }.map(String.init) ?? "?")")
+    DispatchQueue.main.async {
+        trace("inside a main-queue block, RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
+    }
+    trace("run(default, 5 s, returnAfterSourceHandled) -> \(RunLoop.main.run(mode: .default, for: .seconds(5), returnAfterSourceHandled: true))")
+    trace("after it, RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
+    let description = RunLoop.main.description
+    trace("description mentions a descriptor source: \(description.contains("FileDescriptorSource"))")
+}
+
+/// A plain pthread, joined.
+final class ProbeThread: Sendable {
+    private let handle: pthread_t
+    init(_ body: @escaping @Sendable () -> Void) {
+        var thread = pthread_t()
+        let box = Unmanaged.passRetained(Body(body)).toOpaque()
+        let status = pthread_create(
+            &thread, nil, { raw in
+                Unmanaged<Body>.fromOpaque(raw!).takeRetainedValue().body()
+                return nil
+            }, box)
+        precondition(status == 0, "pthread_create failed: \(status)")
+        handle = thread
+    }
+    func join() { pthread_join(handle, nil) }
+    private final class Body: Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+}
+
+// MARK: - Main
+
+precondition(crlk_is_main_thread(), "the probe's top-level code runs on the main thread")
+let arguments = CommandLine.arguments.dropFirst()
+switch (arguments.first, arguments.dropFirst().first) {
+case ("cf", "modes"): modes(CFEngine())
+case ("rlk", "modes"): modes(RunLoopKitEngine())
+case ("rlk", "coexist"): coexist()
+case ("rlk", "identity"): identity()
+default:
+    print("usage: MainQueueProbe cf modes | rlk modes | rlk coexist | rlk identity")
+    exit(2)
+}
+for line in lines.withLock({ $0 }) { print(line) }
+print("done")
+exit(0)

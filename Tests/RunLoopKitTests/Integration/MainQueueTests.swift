@@ -1,0 +1,182 @@
+import Foundation
+import Testing
+
+import class RunLoopKit.RunLoop
+
+@testable import RunLoopKit
+
+/// `RunLoop.main` serves `DispatchQueue.main` (and so `@MainActor` jobs) while it runs on the main
+/// thread in a common mode, and not in other modes, as CFRunLoop does; checked against
+/// CoreFoundation's main loop.
+///
+/// A test never has the main thread (Swift Testing runs tests on worker threads, and its runner
+/// has called `dispatch_main()`, in exit-test children too), so each scenario runs in a child
+/// process, `MainQueueProbe` (Tests/MainQueueProbe), whose top-level code owns its main thread:
+/// once on CoreFoundation, once on RunLoopKit, in separate processes, and once with both in one
+/// process. The probe's runs are bounded (5 s each) and end on the events they wait for; the
+/// child has 60 s before it is killed and the test fails.
+@Suite struct MainQueueTests {
+    /// CoreFoundation's trace of `MainQueueProbe cf modes` (see `modes` in the probe): RunLoopKit
+    /// must print the same.
+    static let modesTrace = [
+        "timer in Private fired",
+        "run(Private, 5 s) -> finished",
+        "A ran on the main thread",
+        "main-actor task ran on the main thread",
+        "run(default, 5 s, returnAfterSourceHandled) -> handledSource",
+        "run(default, 50 ms), nothing queued -> timedOut",
+        "B ran on the main thread",
+        "run(Tracking, 5 s, returnAfterSourceHandled) -> handledSource",
+        "C ran on the main thread",
+        "  run(default, 100 ms) nested in C -> finished",
+        "run(default, 5 s, returnAfterSourceHandled) -> handledSource",
+        "D ran on the main thread",
+        "run(default, 5 s, returnAfterSourceHandled) -> handledSource",
+        "main-actor task resumed after Task.sleep",
+        "asyncAfter block ran; stop()",
+        "run() returned",
+    ]
+
+    /// On the main thread, work queued on `DispatchQueue.main` and a main-actor task wait through
+    /// a run in a private mode and run in the first run in `.default`; a mode made common serves
+    /// them too; an idle `.default` is not empty; a run nested in a main-queue block serves nothing
+    /// (and, its mode otherwise empty, finishes at once); `run()` keeps running on main-queue work
+    /// alone (a main actor's `Task.sleep`, `asyncAfter`) until stopped. CoreFoundation first, then
+    /// RunLoopKit, each in its own process: same trace.
+    @Test func mainQueueIsServedInCommonModesOnlyAsInCoreFoundation() throws {
+        let cf = try #require(runMainQueueProbe("cf", "modes"))
+        let rlk = try #require(runMainQueueProbe("rlk", "modes"))
+        #expect(cf.lines == Self.modesTrace, "CoreFoundation's trace changed:\n\(cf.report)")
+        #expect(rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)")
+    }
+
+    /// Both loops in one process: CoreFoundation's main loop run inside a RunLoopKit timer, and
+    /// RunLoopKit's inside a CoreFoundation timer. Whichever runs serves the main queue; every
+    /// block runs once, on the main thread, and each run returns after serving it.
+    @Test func coreFoundationAndRunLoopKitServeTheMainQueueInOneProcess() throws {
+        let both = try #require(runMainQueueProbe("rlk", "coexist"))
+        #expect(
+            both.lines == [
+                "RunLoop.main serves the main queue: true",
+                "X ran on the main thread",
+                "  CF run(default) nested in a RunLoopKit timer -> handledSource",
+                "Y ran on the main thread",
+                "RunLoopKit run(default) -> handledSource",
+                "Z ran on the main thread",
+                "  RunLoopKit run(default) nested in a CF timer -> handledSource",
+                "W ran on the main thread",
+                "CF run(default) -> handledSource",
+            ], "\(both.report)")
+    }
+
+    /// Only the main loop serves the main queue, not while it runs the queue's blocks; the main
+    /// queue's source does not show in the main loop's description.
+    @Test func onlyTheMainLoopServesTheMainQueue() throws {
+        let identity = try #require(runMainQueueProbe("rlk", "identity"))
+        #expect(
+            identity.lines == [
+                "RunLoop.main serves the main queue: true",
+                "RunLoop.current is RunLoop.main on the main thread: true",
+                "a thread's loop serves the main queue: false",
+                "inside a main-queue block, RunLoop.main serves the main queue: false",
+                "run(default, 5 s, returnAfterSourceHandled) -> handledSource",
+                "after it, RunLoop.main serves the main queue: true",
+                "description mentions a descriptor source: false",
+            ], "\(identity.report)")
+    }
+
+    /// In this process a thread's loop does not serve the main queue, and an empty default mode
+    /// still finishes at once there.
+    @Test func aThreadsLoopDoesNotServeTheMainQueue() {
+        let outcome = TestMonitor<(Bool, RunLoop.RunResult)?>(nil)
+        let thread = TestThread(name: "mq-worker") {
+            let loop = RunLoop.current
+            let serves = loop.servesMainDispatchQueue
+            let result = loop.run(mode: .default, for: .seconds(5))
+            outcome.update { $0 = (serves, result) }
+        }
+        #expect(thread.join(timeout: .seconds(30)))
+        let result = outcome.update { $0 }
+        #expect(result?.0 == false)
+        #expect(result?.1 == .finished)
+    }
+}
+
+// MARK: - Running the probe
+
+/// What a probe run printed.
+struct MainQueueProbeOutcome {
+    /// The trace lines, without the final "done".
+    let lines: [String]
+    /// Everything, for failure messages.
+    let report: String
+}
+
+/// Runs `MainQueueProbe <arguments>` (built next to the test binary by `swift build --build-tests`
+/// and `swift test`), waits at most `timeout`, and returns its trace. Records an issue and returns
+/// nil when the probe is missing, times out, fails, prints anything on standard error (a sanitizer
+/// report, say), or does not finish its trace.
+func runMainQueueProbe(
+    _ arguments: String..., timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation
+) -> MainQueueProbeOutcome? {
+    let testBinary = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+    let probe = URL(fileURLWithPath: testBinary).deletingLastPathComponent().appendingPathComponent("MainQueueProbe")
+    guard FileManager.default.isExecutableFile(atPath: probe.path) else {
+        Issue.record("MainQueueProbe not found at \(probe.path); build with --build-tests", sourceLocation: sourceLocation)
+        return nil
+    }
+    let directory = FileManager.default.temporaryDirectory
+    let stem = "mainqueue-probe-\(getpid())-\(UUID().uuidString)"
+    let outURL = directory.appendingPathComponent(stem + ".out")
+    let errURL = directory.appendingPathComponent(stem + ".err")
+    defer {
+        try? FileManager.default.removeItem(at: outURL)
+        try? FileManager.default.removeItem(at: errURL)
+    }
+    // Files, not pipes: a child that writes a long report to a full pipe would never exit.
+    guard FileManager.default.createFile(atPath: outURL.path, contents: nil),
+        FileManager.default.createFile(atPath: errURL.path, contents: nil),
+        let outHandle = try? FileHandle(forWritingTo: outURL), let errHandle = try? FileHandle(forWritingTo: errURL)
+    else {
+        Issue.record("cannot create the probe's output files in \(directory.path)", sourceLocation: sourceLocation)
+        return nil
+    }
+    let process = Process()
+    process.executableURL = probe
+    process.arguments = arguments
+    process.standardOutput = outHandle
+    process.standardError = errHandle
+    let exited = DispatchSemaphore(value: 0)
+    process.terminationHandler = { _ in exited.signal() }
+    do {
+        try process.run()
+    } catch {
+        Issue.record("cannot launch \(probe.path): \(error)", sourceLocation: sourceLocation)
+        return nil
+    }
+    let seconds = Double(timeout.components.seconds)
+    let finished = exited.wait(timeout: .now() + seconds) == .success
+    if !finished {
+        process.terminate()
+        _ = exited.wait(timeout: .now() + 10)
+    }
+    try? outHandle.close()
+    try? errHandle.close()
+    let out = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
+    let err = (try? String(contentsOf: errURL, encoding: .utf8)) ?? ""
+    let command = "MainQueueProbe \(arguments.joined(separator: " "))"
+    let report = "\(command): stdout:\n\(out)stderr:\n\(err)"
+    guard finished else {
+        Issue.record("\(command) did not exit within \(timeout)\n\(report)", sourceLocation: sourceLocation)
+        return nil
+    }
+    let status = process.terminationStatus
+    var lines = out.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    if lines.last == "" { lines.removeLast() }
+    guard status == 0, process.terminationReason == .exit, err.isEmpty, lines.last == "done" else {
+        Issue.record("\(command) failed (status \(status))\n\(report)", sourceLocation: sourceLocation)
+        return nil
+    }
+    lines.removeLast()
+    return MainQueueProbeOutcome(lines: lines, report: report)
+}
