@@ -17,5 +17,6 @@ enum Tour {
         TimerWhileScrolling(),
         StoppingALoop(),
         NetworkThread(),
+        MainQueueOnTheMainLoop(),
     ]
 }
