@@ -3,7 +3,7 @@ import DequeModule
 import Glibc
 import Synchronization
 
-/// The queue that carries ``RunLoop/perform(inModes:_:)`` blocks from any thread to the loop's
+/// The queue that carries ``RunLoop/perform(inModes:_:)->()`` blocks from any thread to the loop's
 /// thread.
 ///
 /// Double buffering behind a small test-and-test-and-set lock. Producers append to the queue's

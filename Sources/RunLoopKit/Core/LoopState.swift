@@ -1,6 +1,6 @@
 import DequeModule
 
-/// A block queued with ``RunLoop/perform(inModes:_:)``.
+/// A block queued with ``RunLoop/perform(inModes:_:)->()``.
 struct PendingBlock: Sendable {
     enum Modes: Sendable {
         /// `[.default]`, the usual case, with nothing to retain.

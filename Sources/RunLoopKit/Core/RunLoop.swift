@@ -40,7 +40,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
-    /// Blocks on their way from ``perform(inModes:_:)`` to the loop's thread.
+    /// Blocks on their way from ``perform(inModes:_:)->()`` to the loop's thread.
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
     let blocksClosed = Atomic<Bool>(false)
@@ -462,7 +462,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Queues `block` to run on the loop's thread the next time the loop runs in the default mode,
-    /// and wakes the loop: ``perform(inModes:_:)`` with `[.default]`, without looking at a modes
+    /// and wakes the loop: ``perform(inModes:_:)->()`` with `[.default]`, without looking at a modes
     /// array.
     ///
     /// - Complexity: O(1) amortized.
