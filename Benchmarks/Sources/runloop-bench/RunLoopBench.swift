@@ -17,6 +17,7 @@ func workloads(full: Bool) -> [any Workload] {
         AllocationWorkload(),
         MemoryWorkload(),
         churn,
+        MessagePortWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)
