@@ -28,7 +28,10 @@ import SystemPackage
 /// Close a watched descriptor through ``invalidate()`` (with ``ownsDescriptor``) or after it. A
 /// descriptor closed behind the source's back simply stops producing events (the kernel drops
 /// it from every epoll set); the loop finds out, and tells the handler ``Events/closed``, when
-/// the number is reused by another source on the loop or when changing ``watchedEvents`` fails.
+/// the number is reused by another source on the loop, when the source joins a mode (its
+/// descriptor's device and inode are checked then), or when changing ``watchedEvents`` fails.
+/// Descriptors on the kernel's shared anonymous inode (eventfd, timerfd, signalfd, epoll) all look
+/// alike to that check, so a reused number among those is caught only the other two ways.
 public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvertible {
     /// What a descriptor source watches for, and what its handler is told.
     public struct Events: OptionSet, Sendable, Hashable, CustomStringConvertible {
@@ -87,6 +90,8 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     public let order: Int
 
     let id: UInt64
+    /// What the descriptor referred to when the source was made (device and inode).
+    private let identity: DescriptorIdentity
     let handler: @Sendable (FileDescriptorSource, Events) -> Void
     let registration = Mutex(Source1Registration())
     /// The watched events' bits (``Events``), readable without the lock.
@@ -124,6 +129,7 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
         let kind = info.st_mode & S_IFMT
         if kind == S_IFREG || kind == S_IFDIR { throw Errno.notPermitted }
         self.descriptor = descriptor
+        self.identity = DescriptorIdentity(info)
         self.ownsDescriptor = ownsDescriptor
         self.order = order
         self.handler = handler
@@ -164,6 +170,14 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
         if ownsDescriptor && !descriptorClosed.exchange(true, ordering: .relaxed) { Syscall.close(descriptor) }
     }
 
+    /// Whether ``descriptor`` still refers to what it did when the source was made (one `fstat`):
+    /// false once the number was closed, or closed and reused for something else.
+    func stillNamesItsDescriptor() -> Bool {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return false }
+        return DescriptorIdentity(info) == identity
+    }
+
     /// Records that the descriptor was found closed; the loop delivers ``Events/closed`` on its
     /// thread. `reused`: its number now names another descriptor.
     func markClosed(reused: Bool) {
@@ -202,5 +216,16 @@ extension FileDescriptorSource: Source1Item {
         handler(self, events)
         if !events.isDisjoint(with: Events.terminal) { invalidate() }
         return true
+    }
+}
+
+/// A descriptor's device and inode: what it refers to, to tell a reused number from the original.
+struct DescriptorIdentity: Equatable, Sendable {
+    let device: UInt64
+    let inode: UInt64
+
+    init(_ info: stat) {
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
     }
 }

@@ -366,7 +366,7 @@ extension RunLoop {
         if index < context.scratch.readySources1.count {
             // Left for the next pass: descriptors are reported again (level-triggered); the rest
             // must be looked at again.
-            source1Attention.store(true, ordering: .releasing)
+            source1Attention.store(true, ordering: .sequentiallyConsistent)
         }
         context.scratch.readySources1.removeAll(keepingCapacity: true)
         return handled
@@ -402,7 +402,7 @@ extension RunLoop {
         // while the loop ran in another mode) keeps the loop awake, as a Mach port with a message
         // does in CoreFoundation.
         let sources1Pending =
-            source1Attention.load(ordering: .acquiring)
+            source1Attention.load(ordering: .sequentiallyConsistent)
             || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
         if poll || sources1Pending {
             if descriptors { pollKernel(&context, waiter) }

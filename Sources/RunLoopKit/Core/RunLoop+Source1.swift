@@ -81,6 +81,13 @@ extension RunLoop {
             state.modes[index].sources1.firstIndex { $0.order > item.order } ?? state.modes[index].sources1.endIndex
         state.modes[index].sources1.insert(item, at: position)
         guard let source = item.descriptorSource else { return }
+        // The number may have been closed and reused since the source was made: then it names
+        // someone else's descriptor, which this source must never watch.
+        guard source.stillNamesItsDescriptor() else {
+            source.markClosed(reused: true)
+            source1NeedsAttention()
+            return
+        }
         // One source per descriptor number: an earlier valid source on the same number watched a
         // descriptor that has been closed since (the number was reused).
         if let earlier = state.descriptorOwners[source.descriptor], earlier !== source {
@@ -229,7 +236,12 @@ extension RunLoop {
 
     /// Tells the loop a version-1 source has something to deliver, and wakes it. Any thread.
     func source1NeedsAttention() {
-        source1Attention.store(true, ordering: .releasing)
+        // Sequentially consistent, as the loop's load in `wait`: this store must be ordered before
+        // requestWakeUp's load of `wakeRequested`. With a releasing store the CPU may make it
+        // visible after that load; the waker then saw a stale pending request and returned, while
+        // the loop, having discarded that request, read `false` here and slept with messages
+        // queued (found by MessagePortTests.aSenderIsNeverLeftWithTheLoopAsleep in release builds).
+        source1Attention.store(true, ordering: .sequentiallyConsistent)
         requestWakeUp()
     }
 }

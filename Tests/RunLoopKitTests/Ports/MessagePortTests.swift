@@ -183,13 +183,11 @@ final class PortLoopFlag: Sendable {
     /// It shows in optimized builds only (a debug build's retains and releases, locked
     /// instructions, drain the store buffer right after the store):
     /// `swift test -c release -Xswiftc -enable-testing --filter aSenderIsNeverLeftWithTheLoopAsleep`
-    /// (with this trait removed) failed 2 of 3 runs ("round 9: 1903914 of 2000000 delivered after
+    /// (before the fix) failed 2 of 3 runs ("round 9: 1903914 of 2000000 delivered after
     /// 10 s, loop waiting true, … queued 96086"); with that store `.sequentiallyConsistent` it
     /// passed 5 of 5. A release executable sending 1,000,000 messages stalled in 6 of 60 runs, and
     /// in 0 of 60 with the change.
-    @Test(
-        .disabled("bug: MessagePort lost wakeup (source1Attention released, not ordered before requestWakeUp's load)"))
-    func aSenderIsNeverLeftWithTheLoopAsleep() async {
+    @Test func aSenderIsNeverLeftWithTheLoopAsleep() async {
         let rounds = 20
         let perRound = 200_000
         let delivered = TestMonitor<Int>(0)
