@@ -54,6 +54,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let source1Attention = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
+    /// Pending delayed performs, for ``cancelPerformRequests()`` (Conveniences/RunLoop+DelayedPerform.swift).
+    let performRequests = PerformRequestRegistry()
 
     private init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
         self.ownerTID = ownerTID
