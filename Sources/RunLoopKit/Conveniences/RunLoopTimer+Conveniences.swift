@@ -1,0 +1,163 @@
+// Timer conveniences: scheduledTimer (`RunLoop.schedule`), `fire()`, and timers with a weak target
+// (the seeds' NSProxy fix for NSTimer's retain cycle, built in).
+
+extension RunLoop {
+    /// Creates a timer and adds it to this loop in `mode`: NSTimer's
+    /// `scheduledTimerWithTimeInterval:repeats:block:`, for any loop (not only the caller's).
+    ///
+    /// ```swift
+    /// let timer = loop.schedule(after: .seconds(1), repeating: .seconds(1), mode: .common) { _ in
+    ///     refresh()
+    /// }
+    /// ```
+    ///
+    /// The loop keeps the timer until it is invalidated (a one-shot timer is, after it fires).
+    /// Remember NSTimer's first pitfall: a timer in ``Mode/default`` stops while the loop runs in
+    /// ``Mode/tracking``; pass ``Mode/common`` for a timer that must keep firing.
+    ///
+    /// - Parameters:
+    ///   - delay: How long from now the first fire is (negative counts as zero).
+    ///   - repeating: The repeat interval; nil for a one-shot timer.
+    ///   - tolerance: How late the timer may fire so that it shares a wakeup with others.
+    ///   - mode: The mode to add it to (``Mode/common`` for every common mode).
+    ///   - handler: Called on the loop's thread with the timer.
+    /// - Returns: The scheduled timer.
+    @discardableResult
+    public func schedule(
+        after delay: Duration,
+        repeating: Duration? = nil,
+        tolerance: Duration = .zero,
+        mode: Mode = .default,
+        _ handler: @escaping @Sendable (RunLoopTimer) -> Void
+    ) -> RunLoopTimer {
+        let timer = RunLoopTimer(after: delay, repeating: repeating, tolerance: tolerance, handler: handler)
+        add(timer, forMode: mode)
+        return timer
+    }
+
+    /// Creates a timer for `target`, held weakly, and adds it to this loop in `mode`.
+    ///
+    /// The timer never keeps `target` alive, so an object that owns its timer does not leak (the
+    /// retain cycle the seeds break with an `NSProxy`). When the timer fires and `target` is gone,
+    /// the timer invalidates itself instead of calling `handler`: the loop then releases it, and
+    /// `handler` is never called after `target`'s deinitialization.
+    ///
+    /// ```swift
+    /// final class Clock: Sendable {
+    ///     let timer: Mutex<RunLoopTimer?> = Mutex(nil)
+    ///     init(loop: RunLoop) {
+    ///         let timer = loop.schedule(after: .seconds(1), repeating: .seconds(1), target: self) {
+    ///             clock, _ in clock.tick()
+    ///         }
+    ///         self.timer.withLock { $0 = timer }
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// `handler` must not capture `target` strongly itself (it is given the target as its first
+    /// argument): a strong capture would bring the cycle back.
+    ///
+    /// - Returns: The scheduled timer.
+    @discardableResult
+    public func schedule<Target: AnyObject & Sendable>(
+        after delay: Duration,
+        repeating: Duration? = nil,
+        tolerance: Duration = .zero,
+        mode: Mode = .default,
+        target: Target,
+        _ handler: @escaping @Sendable (Target, RunLoopTimer) -> Void
+    ) -> RunLoopTimer {
+        let timer = RunLoopTimer(
+            after: delay, repeating: repeating, tolerance: tolerance, target: target, handler: handler)
+        add(timer, forMode: mode)
+        return timer
+    }
+}
+
+extension RunLoopTimer {
+    /// Creates a timer for `target`, held weakly, that first fires `after` from now and then, if
+    /// `repeating` is given, every `repeating`.
+    ///
+    /// When the timer fires (or ``fire()`` is called) and `target` has been deallocated, the timer
+    /// invalidates itself and `handler` is not called. See
+    /// ``RunLoop/schedule(after:repeating:tolerance:mode:target:_:)``.
+    public convenience init<Target: AnyObject & Sendable>(
+        after delay: Duration,
+        repeating: Duration? = nil,
+        tolerance: Duration = .zero,
+        target: Target,
+        handler: @escaping @Sendable (Target, RunLoopTimer) -> Void
+    ) {
+        let reference = WeakReference(target)
+        self.init(after: delay, repeating: repeating, tolerance: tolerance) { timer in
+            // The strong reference lives only for the call.
+            guard let target = reference.object else {
+                timer.invalidate()
+                return
+            }
+            handler(target, timer)
+        }
+    }
+
+    /// Fires the timer now, without changing its schedule: NSTimer's `fire`.
+    ///
+    /// The handler is called as the loop would call it, on the loop's thread:
+    /// - on the timer's loop's thread (or for a timer on no loop): synchronously, before `fire()`
+    ///   returns;
+    /// - from another thread: the call is queued as a block (see ``RunLoop/perform(inModes:_:)->()``)
+    ///   for the modes the timer is in when `fire()` is called, so it runs the next time the loop
+    ///   runs in one of them (when the timer itself could fire); `fire()` returns at once.
+    ///
+    /// A repeating timer keeps its fire date and interval. A one-shot timer is invalidated after
+    /// its handler, as if it had fired. An invalid timer does nothing (also one invalidated between
+    /// a cross-thread `fire()` and the loop's turn to run it).
+    public func fire() {
+        let (valid, loop): (Bool, RunLoop?) = state.locked { ($0.valid, $0.loop?.loop) }
+        guard valid else { return }
+        guard let loop, !loop.isCurrent else {
+            fireNow()
+            return
+        }
+        let modes = loop.modes(of: self)
+        guard !modes.isEmpty else {
+            // Removed from its loop in between: now on no loop.
+            fireNow()
+            return
+        }
+        loop.perform(inModes: modes) { [self] in fireNow() }
+    }
+
+    /// Calls the handler on the calling thread, then retires a one-shot timer.
+    private func fireNow() {
+        guard isValid else { return }
+        // Marked as firing so a nested run does not fire it from the heap meanwhile; a fire() from
+        // inside its own handler leaves the outer mark alone.
+        let marked = beginFiring()
+        handler(self)
+        if marked { endFiring() }
+        if intervalNs == 0 { invalidate() }
+    }
+}
+
+extension RunLoop {
+    /// The modes `timer` is in on this loop (``Mode/common`` standing for its common membership).
+    func modes(of timer: RunLoopTimer) -> [Mode] {
+        state.locked { state in
+            timer.state.locked { timerState in
+                guard timerState.loop === self else { return [] }
+                var modes: [Mode] = timerState.inCommonModes ? [.common] : []
+                timerState.modes.forEach { index in
+                    let name = state.modes[index].name
+                    if !(timerState.inCommonModes && state.commonModes.contains(name)) { modes.append(name) }
+                }
+                return modes
+            }
+        }
+    }
+}
+
+/// A weak reference that can cross threads.
+final class WeakReference<Object: AnyObject & Sendable>: Sendable {
+    weak let object: Object?
+    init(_ object: Object) { self.object = object }
+}
