@@ -18,5 +18,6 @@ enum Tour {
         StoppingALoop(),
         NetworkThread(),
         MainQueueOnTheMainLoop(),
+        KeepAliveThreads(),
     ]
 }
