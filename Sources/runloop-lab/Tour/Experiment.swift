@@ -18,6 +18,7 @@ enum Tour {
         StoppingALoop(),
         NetworkThread(),
         MainQueueOnTheMainLoop(),
+        TimerPitfalls(),
         KeepAliveThreads(),
     ]
 }
