@@ -5,9 +5,12 @@ import Testing
 
 @testable import RunLoopKit
 
-/// The keep-alive suites, serialized among themselves: they count the process's threads and
-/// descriptors, which each other's threads would disturb.
-@Suite(.serialized) struct KeepAlive {}
+extension Robustness {
+    /// The keep-alive suites. They count the process's threads and descriptors, and make and end
+    /// a thousand threads with loops, so they run inside the serialized ``Robustness`` suite: not
+    /// alongside the other suites that count descriptors exactly (thread exit, echo server).
+    @Suite(.serialized) struct KeepAlive {}
+}
 
 /// The process's threads, from `/proc/self/task`.
 enum ProcessThreads {
@@ -74,6 +77,7 @@ struct TaskFailure: Error, Equatable {
 }
 
 extension RunLoop {
-    /// Whether the loop's thread has exited and torn the loop down.
+    /// Whether the loop's thread has exited and torn the loop down (its teardown closes the loop's
+    /// kernel descriptors).
     var isTornDown: Bool { blocksClosed.load(ordering: .acquiring) }
 }

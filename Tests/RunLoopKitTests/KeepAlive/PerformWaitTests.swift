@@ -5,7 +5,7 @@ import Testing
 
 @testable import RunLoopKit
 
-extension KeepAlive {
+extension Robustness.KeepAlive {
     @Suite struct PerformWaitTests {
         @Test func waitsUntilTheBlockHasRunOnTheLoopsThread() async throws {
             let worker = PermanentThread(name: "pw-wait")
