@@ -116,7 +116,10 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
             if loop.isCurrent { undelivered.append(contentsOf: inFlight.takeRest()) }
             loop.detachSource1(self)
         }
-        undelivered.append(contentsOf: queued)
+        // Not for an empty deque: the standard library's Array-from-Deque of zero elements writes
+        // a zero count into the shared empty-array singleton, which ThreadSanitizer reports as a
+        // race with every other thread reading an empty array.
+        if !queued.isEmpty { undelivered.append(contentsOf: queued) }
         return undelivered
     }
 
@@ -193,6 +196,7 @@ final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
 
     /// Removes and returns what is left of the batch.
     func takeRest() -> [Message] {
+        guard !batch.isEmpty else { return [] }  // see MessagePort.invalidate()
         let rest = Array(batch)
         batch.removeAll()
         return rest

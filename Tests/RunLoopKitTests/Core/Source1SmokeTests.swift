@@ -67,14 +67,17 @@ import class RunLoopKit.RunLoop
                 told.locked { $0 = "\(events)" }
             }
             loop.add(earlier, forMode: .default)
-            close(first[0])
-            _ = pipe(&second)  // the lowest free number: first[0]'s
-            let later = try! FileDescriptorSource(descriptor: second[0]) { _, _ in }
+            // Close first[0] and reuse its number for another pipe's read end in one atomic step:
+            // closing and reopening would race with other tests' descriptors for the number.
+            _ = pipe(&second)
+            _ = dup2(second[0], first[0])
+            let reused = first[0]
+            let later = try! FileDescriptorSource(descriptor: reused) { _, _ in }
             loop.add(later, forMode: .default)
             loop.run(mode: .default, for: .milliseconds(50))
-            let open = fcntl(second[0], F_GETFD) != -1
+            let open = fcntl(reused, F_GETFD) != -1
             later.invalidate()
-            for fd in [first[1], second[0], second[1]] { close(fd) }
+            for fd in [reused, first[1], second[0], second[1]] { close(fd) }
             return (told.locked { $0 }, earlier.isValid, open)
         }
         #expect(outcome?.firstEvents == "closed")
