@@ -183,6 +183,17 @@ func s1EventFD() -> Int32 {
 }
 
 /// Adds one to an eventfd's counter: the descriptor becomes readable.
+/// A helper thread that writes `fd` once the loop sleeps (traced if it never does).
+func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> DiffHelperThread {
+    DiffHelperThread {
+        if diffSpinUntil(limit: 5, { d.isWaiting }) {
+            s1Signal(fd)
+        } else {
+            t("helper: never saw the loop waiting")
+        }
+    }
+}
+
 func s1Signal(_ fd: Int32) {
     var one: UInt64 = 1
     let written = write(fd, &one, 8)
@@ -245,13 +256,7 @@ enum Source1Scenarios {
         }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil(limit: 5, { d.isWaiting }) {
-                s1Signal(fd)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
-        }
+        let h = s1SignalOnceWaiting(d, fd, t)
         t("run: " + d.run(DMode.default, 5))
         h.join()
         s.invalidate()
@@ -266,13 +271,7 @@ enum Source1Scenarios {
         let s = d.makeSource1(descriptor: fd) { t("source1") }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil(limit: 5, { d.isWaiting }) {
-                s1Signal(fd)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
-        }
+        let h = s1SignalOnceWaiting(d, fd, t)
         t("run: " + d.run(DMode.default, 5, rash: true))
         h.join()
         s.invalidate()
@@ -322,13 +321,7 @@ enum Source1Scenarios {
         let s = d.makeSource1(descriptor: fd) { t("source1") }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.my)
-        let h = DiffHelperThread {
-            if diffSpinUntil(limit: 5, { d.isWaiting }) {
-                s1Signal(fd)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
-        }
+        let h = s1SignalOnceWaiting(d, fd, t)
         let start = d.now()
         t("run default: " + d.run(DMode.default, 0.15, rash: true))
         t("default run slept to its timeout: \(d.now() - start >= 0.12)")
