@@ -63,15 +63,14 @@ final class BlockQueue: @unchecked Sendable {
         return full.takeRetainedValue()
     }
 
-    /// Moves every queued block, in order, to the end of `destination`. Consumer only.
+    /// Moves every queued block, in order, to the end of `destination`; the emptied buffer becomes
+    /// `spare`, for the next exchange. Consumer only.
     ///
     /// - Complexity: O(*n*) for *n* queued blocks.
-    func takeAll(appendingTo destination: inout Deque<PendingBlock>) {
-        var spare: BlockBuffer? = nil
+    func takeAll(appendingTo destination: inout Deque<PendingBlock>, spare: inout BlockBuffer?) {
         guard let full = exchange(&spare) else { return }
         while let block = full.popFirst() { destination.append(block) }
-        // The emptied buffer goes back as the next filling buffer only at the next exchange; here
-        // it is simply dropped.
+        spare = full
     }
 
     /// Drops every queued block.

@@ -204,7 +204,7 @@ extension RunLoop {
     /// Moves the blocks other threads performed into the loop's own queue, in order.
     @inline(__always)
     private func drainInbox() {
-        inbox.takeAll(appendingTo: &confined.blocks)
+        inbox.takeAll(appendingTo: &confined.blocks, spare: &confined.spareInboxBuffer)
     }
 
     /// Whether a run in `mode` (at `index`) has nothing to do: no sources, no timers, no pending
@@ -689,6 +689,8 @@ final class LoopThreadState: @unchecked Sendable {
     var warnedCommonRun = false
     /// Blocks taken from the inbox and not yet run (those for other modes wait here, in order).
     var blocks = Deque<PendingBlock>()
+    /// An emptied inbox buffer for `drainInbox`'s next exchange, so that draining allocates nothing.
+    var spareInboxBuffer: BlockBuffer?
     /// The last sleep ended with a wakeup from another thread (or was cut short by one).
     var recentCrossThreadWakeUp = false
     /// How long a loop that was just woken by another thread watches for the next wakeup before
