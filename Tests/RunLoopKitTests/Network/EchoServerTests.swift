@@ -150,15 +150,18 @@ extension Robustness {
             #expect(events.foreignThreadCallbacks == 0)
             #expect(await host.runReturned.waitAsync(timeout: .seconds(30)) { $0 }, "run() returned after stop()")
             #expect(await host.thread.joinAsync(timeout: .seconds(30)), "the loop thread exited")
-            // Everything the server and its loop thread opened is closed again (the test runner's
-            // own threads may open or close a descriptor meanwhile: let the count settle).
+            // Everything the server and its loop thread opened is closed again. The count is the
+            // process's: suites running in parallel open and close descriptors meanwhile, so it
+            // may end below its start (seen: 81 → 76) and is given up to 5 s to come back to it or
+            // below; a leak here would keep it above. The server's own sockets were checked
+            // exactly above (none left bound to its port).
             var after = TestThreads.openFileDescriptors()
-            for _ in 0..<50 where after != before {
+            for _ in 0..<500 where after > before {
                 await Task.yield()
                 usleep(10_000)
                 after = TestThreads.openFileDescriptors()
             }
-            #expect(after == before, "open descriptors before \(before), after \(after): \(describeOpenDescriptors())")
+            #expect(after <= before, "open descriptors before \(before), after \(after): \(describeOpenDescriptors())")
         }
 
         @Test func slowReadersGetEveryByteThroughTheOutputBuffer() async {
