@@ -34,14 +34,8 @@ final class RunLoopKitHost: @unchecked Sendable {
 
     /// Runs `body` on the loop's thread, inside the running loop, and returns its result.
     func sync<T>(_ body: @escaping @Sendable () -> T) -> T {
-        let result = Box<T?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        loop.perform {
-            result.value = body()
-            done.signal()
-        }
-        done.wait()
-        return result.value!
+        let loop = self.loop
+        return runAndWait(body) { block in loop.perform(block) }
     }
 
     /// Stops the loop from inside (so the stop cannot be dropped) and joins its thread.
@@ -97,15 +91,10 @@ final class CFHost: @unchecked Sendable {
 
     /// Runs `body` on the loop's thread, inside the running loop, and returns its result.
     func sync<T>(_ body: @escaping @Sendable () -> T) -> T {
-        let result = Box<T?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        CFRunLoopPerformBlock(loop, kCFRunLoopDefaultMode) {
-            result.value = body()
-            done.signal()
+        runAndWait(body) { block in
+            CFRunLoopPerformBlock(loop, kCFRunLoopDefaultMode, block)
+            CFRunLoopWakeUp(loop)
         }
-        CFRunLoopWakeUp(loop)
-        done.wait()
-        return result.value!
     }
 
     func shutdown() {
@@ -127,14 +116,8 @@ final class NIOHost: Sendable {
 
     /// Runs `body` on the loop's thread (`execute`) and returns its result.
     func sync<T>(_ body: @escaping @Sendable () -> T) -> T {
-        let result = Box<T?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        loop.execute {
-            result.value = body()
-            done.signal()
-        }
-        done.wait()
-        return result.value!
+        let loop = self.loop
+        return runAndWait(body) { block in loop.execute(block) }
     }
 
     func shutdown() {
@@ -149,4 +132,17 @@ final class NIOHost: Sendable {
 @inline(__always) func nanoseconds(_ d: Duration) -> Double {
     let (s, atto) = d.components
     return Double(s) * 1e9 + Double(atto) / 1e9
+}
+
+/// Hands `body` to a loop with `submit` and blocks until it has run there; returns its result.
+/// The one "run on the loop and wait" that every host's `sync` uses.
+func runAndWait<T>(_ body: @escaping @Sendable () -> T, submit: (@escaping @Sendable () -> Void) -> Void) -> T {
+    let result = Box<T?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    submit {
+        result.value = body()
+        done.signal()
+    }
+    done.wait()
+    return result.value!
 }
