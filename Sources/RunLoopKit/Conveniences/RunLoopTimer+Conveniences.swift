@@ -129,7 +129,7 @@ extension RunLoopTimer {
 
     /// Calls the handler on the calling thread, then retires a one-shot timer.
     private func fireNow() {
-        guard isValid else { return }
+        guard let handler else { return }
         // Marked as firing so a nested run does not fire it from the heap meanwhile; a fire() from
         // inside its own handler leaves the outer mark alone.
         let marked = beginFiring()

@@ -32,6 +32,10 @@ struct ModeState: Sendable {
     var observerMask: UInt = 0
     var timers = TimerHeap()
     var timerCount = 0
+    /// While the loop fires a batch of this mode's due timers: the fire date of the timer firing
+    /// now (the batch's earliest not yet done), which left the heap when the batch was taken but,
+    /// as in CoreFoundation, still counts for ``RunLoop/nextTimerFireDate(forMode:)``.
+    var firingFireNs = LoopClock.never
     /// Version-1 sources (descriptor sources and message ports), sorted by order (stable).
     var sources1: ContiguousArray<any Source1Item> = []
     /// The descriptor sources among them, by the tag their epoll events carry.
@@ -67,6 +71,10 @@ struct LoopState: Sendable {
     var armedDeadline = LoopClock.never
     var nextTimerSequence: UInt64 = 1
     var tornDown = false
+    /// Heap entries dropped under the lock; their retains are released once it is let go (see
+    /// `RunLoop.withState`), because releasing the last reference to a timer runs its handler's
+    /// captures' deinits, which may call back into the loop.
+    var graveyard = ContiguousArray<TimerEntry>()
 
     init() {
         // The default mode is always index 0 (index(of:) relies on it).
@@ -203,7 +211,7 @@ struct LoopState: Sendable {
                 timer: timer
             )
         )
-        modes[index].timers.compactIfNeeded(liveCount: modes[index].timerCount)
+        modes[index].timers.compactIfNeeded(liveCount: modes[index].timerCount, graveyard: &graveyard)
         return latest
     }
 
@@ -216,15 +224,25 @@ struct LoopState: Sendable {
         return earliest
     }
 
-    /// Takes the timer out of the modes at `indexes`.
+    /// Takes the timer out of the modes at `indexes`, making all its entries stale (push fresh ones
+    /// for the modes it stays in).
     mutating func unschedule(_ timer: RunLoopTimer, _ state: inout TimerState, from indexes: [Int]) {
-        for index in indexes where state.modes.remove(index) { modes[index].timerCount -= 1 }
+        timer.bumpGeneration()
+        for index in indexes where state.modes.remove(index) {
+            modes[index].timerCount -= 1
+            modes[index].timers.dropStaleEntries(
+                of: timer, liveCount: modes[index].timerCount, graveyard: &graveyard)
+        }
     }
 
     /// Takes the timer out of every mode it is in and out of the common items, and unties it from
-    /// this loop.
+    /// this loop. Its entries must already be stale (its generation bumped).
     mutating func detach(_ timer: RunLoopTimer, _ state: inout TimerState) {
-        state.modes.forEach { index in modes[index].timerCount -= 1 }
+        state.modes.forEach { index in
+            modes[index].timerCount -= 1
+            modes[index].timers.dropStaleEntries(
+                of: timer, liveCount: modes[index].timerCount, graveyard: &graveyard)
+        }
         state.modes.removeAll()
         if state.inCommonModes {
             state.inCommonModes = false

@@ -77,9 +77,21 @@ extension RunLoop {
         }
     }
 
+    /// The time from now until `date`, for the `Date` entry points. A date in the past, and NaN
+    /// (no date at all, which CoreFoundation would take as "forever"), give zero: one pass that
+    /// does not sleep. Dates beyond the clock's range (`Date.distantFuture` is well within it; an
+    /// infinite date or `1e30` s is not) mean no limit.
+    static func timeout(until date: Date) -> Duration {
+        let seconds = date.timeIntervalSinceNow
+        guard seconds > 0 else { return .zero }  // NaN compares false
+        guard seconds < 1e12 else { return .seconds(Int64.max) }  // saturates to "never"
+        return .seconds(seconds)
+    }
+
     /// Runs in ``Mode/default`` until `deadline` (NSRunLoop's `runUntilDate:`): repeats
     /// ``run(mode:before:)``, so ``stop()`` ends only the current pass, not the whole call; it returns
-    /// early only when the mode has nothing to do.
+    /// early only when the mode has nothing to do. A NaN date makes one pass; an infinite date
+    /// runs until the mode is empty.
     ///
     /// - Precondition: Called on the loop's own thread.
     public func run(until deadline: Date) {
@@ -101,7 +113,7 @@ extension RunLoop {
             return false
         }
         guard let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else { return false }
-        run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
+        run(mode: mode, for: Self.timeout(until: deadline), returnAfterSourceHandled: true)
         return true
     }
 
@@ -111,7 +123,7 @@ extension RunLoop {
     /// - Precondition: Called on the loop's own thread.
     public func acceptInput(mode: Mode, before deadline: Date) {
         preconditionOnOwnThread("acceptInput(mode:before:)")
-        run(mode: mode, for: .seconds(deadline.timeIntervalSinceNow), returnAfterSourceHandled: true)
+        run(mode: mode, for: Self.timeout(until: deadline), returnAfterSourceHandled: true)
     }
 
     // MARK: The passes
@@ -119,7 +131,7 @@ extension RunLoop {
     private func runPasses(_ context: inout RunContext) -> RunResult {
         if consumeStop(context) { return .stopped }
         while true {
-            discardStaleWakeUp()
+            beginPass()
             doObservers(.beforeTimers, &context)
             doObservers(.beforeSources, &context)
             doBlocks(&context)
@@ -129,6 +141,9 @@ extension RunLoop {
             let poll = sourceHandled || context.pollOnly
             if !poll { doObservers(.beforeWaiting, &context) }
             wait(&context, poll: poll)
+            // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
+            // (this pass handles what the wait found; the next looks at everything anyway).
+            acceptsWakeUps.store(false, ordering: .sequentiallyConsistent)
             if !poll { doObservers(.afterWaiting, &context) }
 
             doTimers(&context)
@@ -219,107 +234,208 @@ extension RunLoop {
         return confined.blocks.contains { $0.runs(in: mode, modeIsCommon: modeIsCommon) }
     }
 
-    /// Performs the signalled version-0 sources of the mode in order; returns whether any was
-    /// performed. With `returnAfterSourceHandled`, stops after the first.
+    /// Performs the signalled version-0 sources of the mode; returns whether any was performed.
+    /// As CoreFoundation, it first collects the signalled sources, then performs them in ascending
+    /// order, equal orders by signal time: a source signalled by a callback of this pass waits for
+    /// the next pass. With `returnAfterSourceHandled`, stops after the first.
     private func doSources0(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
         let sources = context.items.sources
-        var handled = false
         var index = 0
         while index < sources.count {
             let source = sources[index]
             index += 1
-            if source.signalled.load(ordering: .relaxed), source.signalled.exchange(false, ordering: .acquiring),
-                source.isValid
-            {
+            let stamp = source.signalStamp.load(ordering: .relaxed)
+            // Unretained: `sources` holds them for the whole pass.
+            if stamp != 0 { context.scratch.signalled.append((Unmanaged.passUnretained(source), stamp)) }
+        }
+        guard !context.scratch.signalled.isEmpty else { return false }
+        sortBySignalTime(&context.scratch.signalled)
+        var handled = false
+        index = 0
+        while index < context.scratch.signalled.count {
+            let source = context.scratch.signalled[index].source.takeUnretainedValue()
+            index += 1
+            if source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid {
                 source.performCallout()
                 handled = true
                 if context.returnAfterSourceHandled { break }
             }
         }
+        context.scratch.signalled.removeAll(keepingCapacity: true)
         return handled
     }
 
-    /// Fires the mode's due timers in order of fire date (then insertion). A repeating timer is
-    /// rescheduled to the first point of its schedule after now, unless its handler set a fire
-    /// date; a one-shot timer is invalidated.
+    /// Orders collected sources by (order, signal time). They come sorted by order, so this only
+    /// reorders runs of equal orders: an insertion sort, which allocates nothing.
+    private func sortBySignalTime(_ list: inout ContiguousArray<(source: Unmanaged<RunLoopSource>, stamp: UInt64)>) {
+        guard list.count > 1 else { return }
+        var end = 1
+        while end < list.count {
+            let moving = list[end]
+            let order = moving.source.takeUnretainedValue().order
+            var position = end
+            while position > 0, list[position - 1].source.takeUnretainedValue().order == order,
+                list[position - 1].stamp > moving.stamp
+            {
+                list[position] = list[position - 1]
+                position -= 1
+            }
+            list[position] = moving
+            end += 1
+        }
+    }
+
+    /// Fires the mode's due timers in order of fire date (then insertion), as CoreFoundation's
+    /// `__CFRunLoopDoTimers`: the timers due now are collected first, then each fires if, at its
+    /// turn, it is still valid, on this loop, not already firing, and due (an earlier handler of
+    /// the batch may have moved or invalidated it). A repeating timer then moves to the first point
+    /// of its schedule after now, unless its handler set a later fire date; a one-shot timer is
+    /// invalidated.
     private func doTimers(_ context: inout RunContext) {
         refreshItems(&context)
         guard context.items.timerCount > 0 else { return }
         let now = LoopClock.now()
+        let modeIndex = context.modeIndex
         state.locked { state in
-            while let entry = state.modes[context.modeIndex].timers.popEarliest(dueBy: now) {
+            while let entry = state.modes[modeIndex].timers.popEarliest(dueBy: now) {
                 context.scratch.dueTimers.append(entry)
             }
         }
+        guard !context.scratch.dueTimers.isEmpty else { return }
+        keepLiveEntries(&context.scratch.dueTimers)
         let due = context.scratch.dueTimers.count
         guard due > 0 else { return }
+        let first = context.scratch.dueTimers[0].fireNs
+        let outerFiring = state.locked { state in
+            defer { state.modes[modeIndex].firingFireNs = first }
+            return state.modes[modeIndex].firingFireNs
+        }
         // A big batch of timers does not fit in the caches: each is brought in this far ahead.
         let lookahead = 8
-        for index in 0..<min(lookahead, due) { context.scratch.dueTimers[index].prefetchTimer() }
         var index = 0
         while index < due {
             let entry = context.scratch.dueTimers[index]
             if index + lookahead < due { context.scratch.dueTimers[index + lookahead].prefetchTimer() }
             index += 1
-            // Stale since it was scheduled, or an earlier handler of this pass invalidated or moved it.
-            guard entry.isLive else {
-                entry.release()
-                continue
-            }
+            let following = index < due ? context.scratch.dueTimers[index].fireNs : outerFiring
             // The entry's retain keeps the timer alive until `entry.release()`.
             unowned(unsafe) let timer = entry.timer
-            if !timer.beginFiring() {
-                // It is firing in an outer run: its entry goes back to the heap for later.
-                state.locked { state in state.modes[context.modeIndex].timers.insert(entry) }
+            switch prepareToFire(timer, entry) {
+            case .fire(let handler, let firedAt):
+                handler(timer)
+                timer.endFiring()
+                if timer.intervalNs == 0 {
+                    retireOneShot(timer, modeIndex: modeIndex, following: following)
+                } else {
+                    rescheduleAfterFire(timer, firedAt: firedAt, modeIndex: modeIndex, following: following)
+                }
+            case .firingInOuterRun:
+                // Its entry goes back to the heap (with its retain) for when the outer run is done.
+                state.locked { state in state.modes[modeIndex].timers.insert(entry) }
                 continue
-            }
-            timer.handler(timer)
-            timer.endFiring()
-            if timer.intervalNs == 0 {
-                retireOneShot(timer)
-            } else {
-                rescheduleAfterFire(entry)
+            case .skip:
+                break
             }
             entry.release()
         }
+        state.locked { state in state.modes[modeIndex].firingFireNs = outerFiring }
         context.scratch.dueTimers.removeAll(keepingCapacity: true)
     }
 
+    /// Drops the entries that were stale when the batch was taken (a timer moved, removed or
+    /// invalidated since), so that a later stale entry means "moved by this batch's handlers".
+    /// Each timer then appears at most once: only one of its entries has its generation.
+    private func keepLiveEntries(_ batch: inout ContiguousArray<TimerEntry>) {
+        let count = batch.count
+        let lookahead = 8
+        var index = 0
+        while index < min(lookahead, count) {
+            batch[index].prefetchTimer()
+            index += 1
+        }
+        var kept = 0
+        index = 0
+        while index < count {
+            if index + lookahead < count { batch[index + lookahead].prefetchTimer() }
+            let entry = batch[index]
+            index += 1
+            if entry.isLive {
+                batch[kept] = entry
+                kept += 1
+            } else {
+                entry.release()
+            }
+        }
+        batch.removeLast(count - kept)
+    }
+
+    /// What to do with one timer of a batch.
+    private enum FireDecision {
+        case fire(RunLoopTimer.Handler, firedAt: Int64)
+        case firingInOuterRun
+        case skip
+    }
+
+    /// Checks, under the timer's lock, that it may fire now, and marks it firing.
+    @inline(__always)
+    private func prepareToFire(_ timer: RunLoopTimer, _ entry: TimerEntry) -> FireDecision {
+        timer.state.locked { timerState -> FireDecision in
+            guard timerState.valid, timerState.loop === self, let handler = timerState.handler else { return .skip }
+            let moved = timer.generation != entry.generation
+            // Moved by an earlier handler of this batch: it fires if it is still due.
+            if moved && timerState.fireNs > LoopClock.now() { return .skip }
+            guard timer.beginFiring() else { return moved ? .skip : .firingInOuterRun }
+            return .fire(handler, firedAt: timerState.fireNs)
+        }
+    }
+
     /// Invalidates a one-shot timer after its handler, as `invalidate()` would, in one locked step
-    /// (invalid, new generation, out of every mode).
-    private func retireOneShot(_ timer: RunLoopTimer) {
-        mutatingItems { state in
-            timer.state.locked { timerState in
-                guard timerState.valid else { return }
+    /// (invalid, new generation, out of every mode), and lets go of its handler.
+    private func retireOneShot(_ timer: RunLoopTimer, modeIndex: Int, following: Int64) {
+        let (handler, otherLoop) = mutatingItems { state -> (RunLoopTimer.Handler?, RunLoop?) in
+            state.modes[modeIndex].firingFireNs = following
+            return timer.state.locked { timerState -> (RunLoopTimer.Handler?, RunLoop?) in
+                guard timerState.valid else { return (nil, nil) }
                 timerState.valid = false
                 timer.bumpGeneration()
-                guard timerState.loop === self else { return }
+                let handler = timerState.takeHandler()
+                guard timerState.loop === self else { return (handler, timerState.loop?.loop) }
                 state.detach(timer, &timerState)
+                return (handler, nil)
+            }
+        }
+        // Added to another loop by its own handler: that loop unschedules it under its lock.
+        otherLoop?.detach(timer)
+        withExtendedLifetime(handler) {}
+    }
+
+    /// Moves a repeating timer to the first point of its schedule after now, keeping its phase
+    /// (`firedAt + k·interval`), unless its handler set a later fire date (kept) or invalidated
+    /// it. Changes to its tolerance or modes do not count as a new date, and a timer the handler
+    /// took out of every mode moves on all the same, as in CoreFoundation.
+    private func rescheduleAfterFire(_ timer: RunLoopTimer, firedAt: Int64, modeIndex: Int, following: Int64) {
+        withState { state in
+            state.modes[modeIndex].firingFireNs = following
+            timer.state.locked { timerState in
+                guard timerState.valid, timerState.fireNs <= firedAt else { return }
+                // On another loop by now (its handler moved it): that loop's lock guards its date.
+                guard timerState.loop == nil || timerState.loop === self else { return }
+                timerState.fireNs = Self.nextFireNs(after: firedAt, interval: timer.intervalNs, now: LoopClock.now())
+                if timerState.loop === self { _ = state.repush(timer, timerState) }
             }
         }
     }
 
-    /// Moves a repeating timer to the first point of its schedule after now, keeping its phase
-    /// (`fire + k·interval`), unless its handler changed its schedule or invalidated it.
-    private func rescheduleAfterFire(_ entry: TimerEntry) {
-        let timer = entry.timer
-        state.locked { state in
-            timer.state.locked { timerState in
-                guard timerState.valid, timerState.loop === self,
-                    timer.generation == entry.generation
-                else { return }
-                let now = LoopClock.now()
-                var next = entry.fireNs.addingSaturated(timer.intervalNs)
-                if next <= now {
-                    let missed = (now - entry.fireNs) / timer.intervalNs
-                    next = entry.fireNs.addingSaturated(
-                        (missed + 1).multipliedReportingOverflow(by: timer.intervalNs).partialValue)
-                }
-                timerState.fireNs = next
-                _ = state.repush(timer, timerState)
-            }
-        }
+    /// The first point of the schedule `firedAt + k·interval` (k ≥ 1) after `now`; saturates to
+    /// `LoopClock.never` for schedules beyond the clock's range.
+    static func nextFireNs(after firedAt: Int64, interval: Int64, now: Int64) -> Int64 {
+        let next = firedAt.addingSaturated(interval)
+        guard next <= now, interval > 0 else { return next }
+        let missed = now.subtractingSaturated(firedAt) / interval
+        let (points, overflowCount) = missed.addingReportingOverflow(1)
+        let (step, overflowStep) = points.multipliedReportingOverflow(by: interval)
+        return overflowCount || overflowStep ? LoopClock.never : firedAt.addingSaturated(step)
     }
 
     /// Handles the version-1 sources that are ready: descriptor sources the last wait reported,
@@ -405,17 +521,18 @@ extension RunLoop {
             source1Attention.load(ordering: .sequentiallyConsistent)
             || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
         if poll || sources1Pending {
+            _ = consumeWakeUp()
             if descriptors { pollKernel(&context, waiter) }
             return
         }
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
         if !descriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
-            _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+            _ = consumeWakeUp()
             return
         }
         sleeping.store(true, ordering: .sequentiallyConsistent)
-        if wakeRequested.exchange(false, ordering: .sequentiallyConsistent) {
+        if consumeWakeUp() {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             confined.recentCrossThreadWakeUp = true
             if descriptors { pollKernel(&context, waiter) }
@@ -482,7 +599,7 @@ extension RunLoop {
                 try? Syscall.drainCounter(waiter.wakeFD)
                 // An exchange, not a store: it synchronizes with the waker, so what it queued
                 // before waking is seen by the phases that follow.
-                _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+                _ = consumeWakeUp()
                 wokenByAnotherThread = true
             case KernelWaiter.timerTag:
                 try? Syscall.drainCounter(waiter.timerFD)
@@ -503,7 +620,7 @@ extension RunLoop {
         while true {
             if wakeRequested.load(ordering: .relaxed) {
                 // An exchange, not a store: it synchronizes with the waker (see wait).
-                _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+                _ = consumeWakeUp()
                 confined.recentCrossThreadWakeUp = true
                 if descriptors { pollKernel(&context, waiter) }
                 return
@@ -550,12 +667,16 @@ extension RunLoop {
         let id = confined.nextRunID
         let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
         let scratch = confined.spareScratch.popLast() ?? RunScratch()
+        // A run hears wakeUp() from its start (CoreFoundation's per-run data starts so).
+        let outerAccepts = acceptsWakeUps.exchange(true, ordering: .sequentiallyConsistent)
         return RunContext(
             id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
-            pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch)
+            pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
+            outerAcceptsWakeUps: outerAccepts)
     }
 
     private func endRun(_ context: inout RunContext) {
+        acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .sequentiallyConsistent)
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
         state.locked { _ = $0.runningModes.popLast() }
@@ -595,15 +716,27 @@ extension RunLoop {
         return !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }
 
-    /// Drops a wakeup asked for before this pass began, as CoreFoundation stops ignoring wakeups
-    /// only at the start of a pass: the pass looks at every source and block anyway, so such a
-    /// wakeup would only make its sleep return at once for nothing. The exchange (not a store)
-    /// synchronizes with the waker, so what it signalled before waking is seen by this pass.
+    /// Starts a pass as CoreFoundation does: ``wakeUp()`` is heard again, and a wakeup it kept
+    /// (asked for during an earlier part of the run, e.g. in an `entry` observer) still ends the
+    /// next sleep. A wakeup only the library asked for (a block performed, a port's message) is
+    /// dropped: the pass looks at every block and source anyway, so it would only make the sleep
+    /// return at once for nothing. The exchange (not a store) synchronizes with the waker, so what
+    /// it queued before waking is seen by this pass.
     @inline(__always)
-    private func discardStaleWakeUp() {
-        if wakeRequested.load(ordering: .relaxed) {
+    private func beginPass() {
+        acceptsWakeUps.store(true, ordering: .sequentiallyConsistent)
+        if wakeRequested.load(ordering: .relaxed) && !userWakeUpPending.load(ordering: .relaxed) {
             _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
         }
+    }
+
+    /// Takes a pending wakeup: the wait it ends has consumed it (CoreFoundation's wait drains the
+    /// wakeup port whether it sleeps or polls).
+    @inline(__always)
+    private func consumeWakeUp() -> Bool {
+        guard wakeRequested.exchange(false, ordering: .sequentiallyConsistent) else { return false }
+        userWakeUpPending.store(false, ordering: .relaxed)
+        return true
     }
 
     @inline(__always)
@@ -631,6 +764,9 @@ struct RunContext {
     let pollOnly: Bool
     let returnAfterSourceHandled: Bool
     var scratch: RunScratch
+    /// Whether the enclosing run heard ``RunLoop/wakeUp()`` when this one began (restored at its
+    /// end, as CoreFoundation pops its per-run data).
+    let outerAcceptsWakeUps: Bool
     var items = ModeItems()
     /// Whether this run has looked at every version-1 source of its mode for work that came while
     /// the loop ran in other modes (it does on its first pass).
@@ -672,6 +808,9 @@ struct RunScratch {
     /// An emptied inbox buffer, handed back to the inbox at the next exchange.
     var spareBatch: BlockBuffer?
     var dueTimers = ContiguousArray<TimerEntry>()
+    /// The signalled version-0 sources a pass collected, with their signal times (unretained: the
+    /// pass's item snapshot holds them).
+    var signalled = ContiguousArray<(source: Unmanaged<RunLoopSource>, stamp: UInt64)>()
     /// Descriptor events the last wait collected: the source's tag and the epoll bits.
     var kernelEvents = ContiguousArray<(tag: UInt64, events: UInt32)>()
     /// The version-1 sources ready this pass, with their events.

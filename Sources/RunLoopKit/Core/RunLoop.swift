@@ -37,6 +37,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let sleeping = Atomic<Bool>(false)
     /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
     let wakeRequested = Atomic<Bool>(false)
+    /// Whether ``wakeUp()`` is heard now: CoreFoundation's `ignoreWakeUps`, inverted. False while
+    /// the loop is not running and from the end of each wait to the next pass.
+    let acceptsWakeUps = Atomic<Bool>(false)
+    /// The pending wakeup includes one asked for with ``wakeUp()`` or ``stop()``, which a new pass
+    /// keeps (see `beginPass`); relaxed, ordered by `wakeRequested`.
+    let userWakeUpPending = Atomic<Bool>(false)
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
@@ -131,7 +137,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 state.modes[index].sources.removeAll()
                 state.modes[index].observers.removeAll()
                 state.modes[index].observerMask = 0
-                state.modes[index].timers.removeAll()
+                state.modes[index].timers.removeAll(graveyard: &state.graveyard)
                 state.modes[index].timerCount = 0
             }
             state.commonSources.removeAll()
@@ -387,9 +393,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// The earliest fire date of the valid timers in `mode`; nil if it has none (or for
     /// ``Mode/common``).
     public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
-        state.locked { state in
+        withState { state in
             guard mode != .common, let index = state.modeIndex[mode] else { return nil }
-            return state.modes[index].timers.peekLive().map { LoopClock.instant($0.fireNs) }
+            // A timer firing now still counts, with the date it fires for (as in CoreFoundation).
+            let firing = state.modes[index].firingFireNs
+            let queued = state.modes[index].timers.peekLive(graveyard: &state.graveyard)?.fireNs ?? LoopClock.never
+            let earliest = min(firing, queued)
+            return earliest == LoopClock.never ? nil : LoopClock.instant(earliest)
         }
     }
 
@@ -405,7 +415,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Moves a scheduled timer; returns false if it is no longer on this loop (the caller retries).
     func reschedule(_ timer: RunLoopTimer, fireNs: Int64?, toleranceNs: Int64?) -> Bool {
-        state.locked { state in
+        withState { state in
             let done = timer.state.locked { timerState -> Bool in
                 guard timerState.loop === self else { return false }
                 if let fireNs { timerState.fireNs = fireNs }
@@ -489,13 +499,28 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     @discardableResult
     func mutatingItems<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
-        state.locked { state in
+        withState { state in
             let result = body(&state)
             // Every writer holds the lock, so a load and a store (no locked read-modify-write) lose
             // no update.
             itemsVersion.store(itemsVersion.load(ordering: .relaxed) &+ 1, ordering: .releasing)
             return result
         }
+    }
+
+    /// Runs `body` under the lock, then releases the timer entries it dropped (see
+    /// `LoopState.graveyard`) with the lock let go. Every access that may drop heap entries goes
+    /// through here.
+    @inline(__always)
+    func withState<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
+        var dropped = ContiguousArray<TimerEntry>()
+        let result = state.locked { state in
+            let result = body(&state)
+            if !state.graveyard.isEmpty { swap(&dropped, &state.graveyard) }
+            return result
+        }
+        for entry in dropped { entry.release() }
+        return result
     }
 
     /// `[.default]`, made once: a default argument written as a literal would allocate an array on
@@ -505,9 +530,18 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     // MARK: Waking and stopping
 
-    /// Wakes the loop if it sleeps; if it does not, its next sleep returns at once. Safe from any
-    /// thread. A wakeup with nothing to do is not a handled source: the run goes on.
-    public func wakeUp() { requestWakeUp() }
+    /// Wakes the loop if it sleeps; if it is running and has not slept yet in this pass, its next
+    /// sleep returns at once. Safe from any thread. A wakeup with nothing to do is not a handled
+    /// source: the run goes on.
+    ///
+    /// As in CoreFoundation, a wakeup is ignored while the loop is not running and from the end of
+    /// a sleep until the next pass begins (the pass handles what woke it, and the next pass looks
+    /// at every source anyway).
+    public func wakeUp() {
+        guard acceptsWakeUps.load(ordering: .sequentiallyConsistent) else { return }
+        userWakeUpPending.store(true, ordering: .relaxed)
+        requestWakeUp()
+    }
 
     /// Whether the loop is sleeping in the kernel right now (or about to).
     public var isWaiting: Bool { sleeping.load(ordering: .acquiring) }
@@ -535,7 +569,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         let run = innermostRun.load(ordering: .acquiring)
         guard run != 0 else { return }
         stopRequest.store(run, ordering: .releasing)
-        requestWakeUp()
+        // CFRunLoopStop wakes the loop as CFRunLoopWakeUp does; a pass in progress ends with the
+        // stop at its end in any case.
+        wakeUp()
     }
 
     /// The coalesced wakeup: flags the request, and writes the eventfd only if the loop sleeps and

@@ -4,9 +4,10 @@ import Synchronization
 /// marks ready with ``signal()`` and the loop performs on its own thread.
 ///
 /// Signalling does not wake a sleeping loop, as in CoreFoundation: call ``RunLoop/wakeUp()``
-/// after ``signal()`` when the loop may be asleep. Signalled sources run once per pass in ascending
-/// ``order`` (insertion order among equal orders), each pass clearing the signal before the
-/// callback runs, so a source may re-signal itself.
+/// after ``signal()`` when the loop may be asleep. As in CoreFoundation, a pass first collects the
+/// signalled sources, then performs them in ascending ``order`` (the earliest signalled first
+/// among equal orders), clearing each signal before its callback runs: a source may re-signal
+/// itself, and a source signalled by a callback of the pass runs in the next pass.
 ///
 /// A source can be added to any number of loops and modes. ``invalidate()`` removes it from all of
 /// them, calling `onCancel` once for each mode it leaves.
@@ -18,7 +19,8 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     let scheduleCallout: (@Sendable (RunLoop, RunLoop.Mode) -> Void)?
     let cancelCallout: (@Sendable (RunLoop, RunLoop.Mode) -> Void)?
 
-    let signalled = Atomic<Bool>(false)
+    /// 0 when not signalled; otherwise when it was signalled, on ``SignalClock``'s count.
+    let signalStamp = Atomic<UInt64>(0)
     let valid = Atomic<Bool>(true)
     /// Where the source was added, in the modes it was added for (``RunLoop/Mode/common``
     /// included), so that ``invalidate()`` can remove it everywhere.
@@ -49,11 +51,13 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(1), one atomic store.
     @inline(__always)
     public func signal() {
-        if valid.load(ordering: .relaxed) { signalled.store(true, ordering: .releasing) }
+        // The first signal's time counts, as in CoreFoundation (a compare-and-swap from zero).
+        guard valid.load(ordering: .relaxed), signalStamp.load(ordering: .relaxed) == 0 else { return }
+        _ = signalStamp.compareExchange(expected: 0, desired: SignalClock.tick(), ordering: .releasing)
     }
 
     /// Whether the source is signalled and waiting to perform.
-    public var isSignalled: Bool { signalled.load(ordering: .acquiring) }
+    public var isSignalled: Bool { signalStamp.load(ordering: .acquiring) != 0 }
 
     /// Whether the source is still usable; false after ``invalidate()``.
     public var isValid: Bool { valid.load(ordering: .acquiring) }
@@ -62,7 +66,7 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     /// thread and from inside any callback, its own included; later calls do nothing.
     public func invalidate() {
         guard valid.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        signalled.store(false, ordering: .relaxed)
+        signalStamp.store(0, ordering: .relaxed)
         // The loops are retained while the registration lock is held (see LoopRef).
         let places = registrations.locked { list in
             defer { list.removeAll() }
@@ -81,6 +85,17 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
 
     /// Hashes the source's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// The order in which version-0 sources were signalled, process-wide: CoreFoundation performs
+/// signalled sources of equal order by signal time. A counter rather than a clock: cheaper to
+/// read, and never equal for two signals.
+enum SignalClock {
+    private static let count = Atomic<UInt64>(0)
+
+    /// The next tick (never 0).
+    @inline(__always)
+    static func tick() -> UInt64 { count.add(1, ordering: .relaxed).newValue }
 }
 
 /// A place an item was added: a loop (unretained: the loop owns its items, not the reverse; see

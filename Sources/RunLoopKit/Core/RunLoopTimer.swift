@@ -11,8 +11,13 @@ import Synchronization
 /// `[fireDate, fireDate + tolerance]`, and the loop uses that room to serve several timers with
 /// one wakeup.
 ///
+/// A fire date in the past counts as now, as in CoreFoundation: the date is clamped when the timer
+/// is made and when ``fireDate`` is set, so overdue timers fire in the order they were made or
+/// set, and a repeating timer's phase counts from the clamped date.
+///
 /// A timer belongs to at most one loop (any number of its modes); adding it to a second loop
-/// does nothing.
+/// does nothing. ``invalidate()`` lets go of the handler, and so of everything it captured, at
+/// once.
 public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// The repeat interval; `.zero` for a one-shot timer (saturated to `Int64.max` nanoseconds,
     /// about 292 years).
@@ -22,7 +27,6 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     public let order: Int
 
     let intervalNs: Int64
-    let handler: @Sendable (RunLoopTimer) -> Void
     /// Bit 0: the timer's handler is running (set and cleared on the loop's thread only). The other
     /// bits: the generation, bumped (under `state`'s lock) on every change of schedule, membership
     /// or validity; a heap entry whose generation differs is stale. Read without the lock.
@@ -71,13 +75,20 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         let intervalNs = max(0, interval.saturatedNanoseconds)
         self.intervalNs = intervalNs
         self.order = order
-        self.handler = handler
         self.state = Mutex(
             TimerState(
-                fireNs: LoopClock.nanoseconds(fireAt),
-                toleranceNs: max(0, tolerance.saturatedNanoseconds)
+                fireNs: max(LoopClock.nanoseconds(fireAt), LoopClock.now()),
+                toleranceNs: max(0, tolerance.saturatedNanoseconds),
+                handler: handler
             )
         )
+    }
+
+    /// The timer's own initializer for a fire date already known to be now or later.
+    init(fireNs: Int64, intervalNs: Int64, toleranceNs: Int64, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
+        self.intervalNs = max(0, intervalNs)
+        self.order = 0
+        self.state = Mutex(TimerState(fireNs: fireNs, toleranceNs: max(0, toleranceNs), handler: handler))
     }
 
     /// Creates a timer that first fires `after` from now and then, if `repeating` is given,
@@ -88,15 +99,21 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         tolerance: Duration = .zero,
         handler: @escaping @Sendable (RunLoopTimer) -> Void
     ) {
-        let fireAt = LoopClock.instant(LoopClock.deadline(after: delay, from: LoopClock.now()))
-        self.init(fireAt: fireAt, interval: repeating ?? .zero, tolerance: tolerance, handler: handler)
+        self.init(
+            fireNs: LoopClock.deadline(after: delay, from: LoopClock.now()),
+            intervalNs: (repeating ?? .zero).saturatedNanoseconds,
+            toleranceNs: tolerance.saturatedNanoseconds, handler: handler)
     }
 
     /// The next fire date. Setting it reschedules the timer, from any thread, and wakes the loop
-    /// when the timer becomes its earliest.
+    /// when the timer becomes its earliest; a date in the past counts as now. Set inside the
+    /// handler to a date later than the one firing, it replaces the next point of the schedule.
+    ///
+    /// After the timer is invalidated (or a one-shot timer fired) it keeps its last fire date
+    /// (CoreFoundation answers its reference date, 2001-01-01).
     public var fireDate: ContinuousClock.Instant {
         get { LoopClock.instant(state.locked { $0.fireNs }) }
-        set { reschedule(fireNs: LoopClock.nanoseconds(newValue), toleranceNs: nil) }
+        set { reschedule(fireNs: max(LoopClock.nanoseconds(newValue), LoopClock.now()), toleranceNs: nil) }
     }
 
     /// How late the timer may fire; negative values count as zero.
@@ -109,17 +126,26 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// fired.
     public var isValid: Bool { state.locked { $0.valid } }
 
-    /// Removes the timer from its loop and stops it for good. Safe from any thread and from inside
-    /// any callback, its own included.
+    /// Removes the timer from its loop and stops it for good, letting go of its handler (and what
+    /// the handler captured) at once. Safe from any thread and from inside any callback, its own
+    /// included.
     public func invalidate() {
-        let loop: RunLoop? = state.locked { timer in
-            guard timer.valid else { return nil }
+        let (loop, handler) = state.locked { timer -> (RunLoop?, Handler?) in
+            guard timer.valid else { return (nil, nil) }
             timer.valid = false
             bumpGeneration()
-            return timer.loop?.loop
+            return (timer.loop?.loop, timer.takeHandler())
         }
         loop?.detach(self)
+        // Released here, with no lock held: what it captured may run any code in its deinit.
+        withExtendedLifetime(handler) {}
     }
+
+    /// The handler's type.
+    typealias Handler = @Sendable (RunLoopTimer) -> Void
+
+    /// The handler, while the timer is valid.
+    var handler: Handler? { state.locked { $0.valid ? $0.handler : nil } }
 
     private func reschedule(fireNs: Int64?, toleranceNs: Int64?) {
         while true {
@@ -156,6 +182,9 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
 struct TimerState: Sendable {
     var fireNs: Int64
     var toleranceNs: Int64
+    /// The handler; nil once the timer is invalid, so nothing it captured outlives the timer's
+    /// usefulness (stale heap entries may keep the timer object itself a while longer).
+    var handler: RunLoopTimer.Handler?
     var loop: LoopRef?
     /// Indexes (into the loop's mode table) of the modes the timer is in.
     var modes = ModeIndexSet()
@@ -165,6 +194,12 @@ struct TimerState: Sendable {
     var valid = true
     /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
     var inCommonModes = false
+
+    /// Takes the handler out, for the caller to release once it holds no lock.
+    mutating func takeHandler() -> RunLoopTimer.Handler? {
+        defer { handler = nil }
+        return handler
+    }
 }
 
 /// `1.5ms`, `-20µs`, `3.000s`: a nanosecond count for people.

@@ -79,15 +79,15 @@ struct TimerHeap {
     }
 
     /// The earliest live entry (still owned by the heap), dropping stale entries from the top
-    /// first.
+    /// first; their retains go to `graveyard`, released by the caller once it holds no lock.
     ///
     /// - Complexity: O(log n) per stale entry dropped, O(1) otherwise.
-    mutating func peekLive() -> TimerEntry? {
+    mutating func peekLive(graveyard: inout ContiguousArray<TimerEntry>) -> TimerEntry? {
         while !entries.isEmpty {
             let top = entries[0]
             if top.isLive { return top }
             removeTop()
-            top.release()
+            graveyard.append(top)
         }
         return nil
     }
@@ -97,7 +97,9 @@ struct TimerHeap {
     ///
     /// - Complexity: O(log n).
     mutating func popDue(now: Int64) -> TimerEntry? {
-        guard let top = peekLive(), top.fireNs <= now else { return nil }
+        var graveyard = ContiguousArray<TimerEntry>()
+        defer { for entry in graveyard { entry.release() } }
+        guard let top = peekLive(graveyard: &graveyard), top.fireNs <= now else { return nil }
         removeTop()
         return top
     }
@@ -145,22 +147,51 @@ struct TimerHeap {
         }
     }
 
-    /// Rebuilds the heap from its live entries once stale ones outnumber `liveCount`.
+    /// Rebuilds the heap from its live entries once stale ones outnumber `liveCount` (the mode's
+    /// timers, an upper bound on its live entries). The stale entries' retains go to `graveyard`.
     ///
     /// - Complexity: O(n) when it rebuilds, O(1) otherwise; amortized O(1) per stale entry.
-    mutating func compactIfNeeded(liveCount: Int) {
-        guard entries.count > 64, entries.count > 2 * liveCount + 32 else { return }
+    mutating func compactIfNeeded(liveCount: Int, graveyard: inout ContiguousArray<TimerEntry>) {
+        guard entries.count > Self.smallHeap, entries.count > 2 * liveCount + 32 else { return }
+        rebuild(keeping: { $0.isLive }, graveyard: &graveyard)
+    }
+
+    /// Drops the stale entries of `timer`, which just left this heap's mode or was invalidated, so
+    /// that nothing here keeps it (and what its handler captured) alive: at once in a small heap,
+    /// by ``compactIfNeeded(liveCount:graveyard:)``'s rule in a large one, where a scan per removal
+    /// would make removing n timers O(n²).
+    ///
+    /// - Complexity: O(n) for a heap of at most ``smallHeap`` entries, amortized O(1) otherwise.
+    mutating func dropStaleEntries(of timer: RunLoopTimer, liveCount: Int, graveyard: inout ContiguousArray<TimerEntry>) {
+        if entries.count <= Self.smallHeap {
+            guard entries.contains(where: { $0.timer === timer && !$0.isLive }) else { return }
+            rebuild(keeping: { $0.timer !== timer || $0.isLive }, graveyard: &graveyard)
+        } else {
+            compactIfNeeded(liveCount: liveCount, graveyard: &graveyard)
+        }
+    }
+
+    /// Heaps up to this size drop a departing timer's entries at once.
+    static let smallHeap = 64
+
+    /// Keeps the entries `keep` accepts, sends the others to `graveyard`, restores the heap order
+    /// and gives back memory a burst of timers left behind.
+    ///
+    /// - Complexity: O(n).
+    private mutating func rebuild(keeping keep: (TimerEntry) -> Bool, graveyard: inout ContiguousArray<TimerEntry>) {
         var kept = 0
         for index in entries.indices {
             let entry = entries[index]
-            if entry.isLive {
+            if keep(entry) {
                 entries[kept] = entry
                 kept += 1
             } else {
-                entry.release()
+                graveyard.append(entry)
             }
         }
         entries.removeLast(entries.count - kept)
+        shrinkIfOversized()
+        guard entries.count > 1 else { return }
         var index = (entries.count - 2) / Self.arity
         while index >= 0 {
             siftDown(index)
@@ -168,15 +199,30 @@ struct TimerHeap {
         }
     }
 
-    /// Drops every entry, releasing their timers.
-    mutating func removeAll() {
-        for entry in entries { entry.release() }
-        entries.removeAll()
+    /// Gives back capacity once the heap holds under a quarter of it: a burst of a million timers
+    /// must not pin tens of megabytes for the thread's life.
+    ///
+    /// - Complexity: O(n) when it shrinks.
+    private mutating func shrinkIfOversized() {
+        guard entries.capacity > 1024, entries.count < entries.capacity / 4 else { return }
+        entries = ContiguousArray(entries)
     }
+
+    /// Drops every entry; their retains go to `graveyard`.
+    mutating func removeAll(graveyard: inout ContiguousArray<TimerEntry>) {
+        graveyard.append(contentsOf: entries)
+        entries = []
+    }
+
+    /// The retained capacity, in entries (for tests of the shrinking rule).
+    var capacity: Int { entries.capacity }
 
     private mutating func removeTop() {
         let last = entries.removeLast()
-        guard !entries.isEmpty else { return }
+        guard !entries.isEmpty else {
+            shrinkIfOversized()
+            return
+        }
         entries[0] = last
         siftDown(0)
     }

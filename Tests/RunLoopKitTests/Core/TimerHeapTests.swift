@@ -60,7 +60,9 @@ import Testing
                 expected = min(expected, timer.latest)
             }
             #expect(heap.coalescedDeadline() == expected, "round \(round)")
-            heap.removeAll()
+            var dropped = ContiguousArray<TimerEntry>()
+            heap.removeAll(graveyard: &dropped)
+            for entry in dropped { entry.release() }
         }
     }
 
@@ -74,7 +76,9 @@ import Testing
             let churn = RunLoopTimer(fireAt: .now) { _ in }
             heap.insert(entry(churn, fire: Int64(round), tolerance: 0, sequence: UInt64(1_000 + round)))
             churn.bumpGeneration()
-            heap.compactIfNeeded(liveCount: keep.count)
+            var dropped = ContiguousArray<TimerEntry>()
+            heap.compactIfNeeded(liveCount: keep.count, graveyard: &dropped)
+            for entry in dropped { entry.release() }
         }
         #expect(heap.count <= 2 * keep.count + 33)
         var popped = 0
