@@ -4,6 +4,9 @@
 #include <unistd.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 pid_t crlk_gettid(void) { return gettid(); }
 
@@ -76,4 +79,42 @@ void crlk_tsan_release(void *address) { (void)address; }
 
 int crlk_accept4(int fd, struct sockaddr *address, socklen_t *length, int flags) {
     return accept4(fd, address, length, flags);
+}
+
+// MARK: fork
+
+_Atomic uint64_t crlk_fork_generation_count;
+static pthread_once_t fork_watch_once = PTHREAD_ONCE_INIT;
+
+// Async-signal-safe: one atomic increment (a child handler runs in the single-threaded child).
+static void count_fork_child(void) { atomic_fetch_add_explicit(&crlk_fork_generation_count, 1, memory_order_relaxed); }
+
+static void install_fork_watch(void) { pthread_atfork(NULL, NULL, count_fork_child); }
+
+void crlk_watch_forks(void) { pthread_once(&fork_watch_once, install_fork_watch); }
+
+
+// MARK: futex
+
+void crlk_futex_post(uint32_t *word) {
+    _Atomic uint32_t *atomic_word = (_Atomic uint32_t *)word;
+    if (atomic_exchange_explicit(atomic_word, 1, memory_order_seq_cst) == 0) {
+        syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+int crlk_futex_wait(uint32_t *word, int64_t timeout_ns) {
+    _Atomic uint32_t *atomic_word = (_Atomic uint32_t *)word;
+    if (atomic_load_explicit(atomic_word, memory_order_seq_cst) == 0) {
+        struct timespec timeout;
+        struct timespec *limit = NULL;
+        if (timeout_ns >= 0) {
+            timeout.tv_sec = timeout_ns / 1000000000;
+            timeout.tv_nsec = timeout_ns % 1000000000;
+            limit = &timeout;
+        }
+        // EINTR, EAGAIN (posted meanwhile) and ETIMEDOUT all just end the wait.
+        syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, 0, limit, NULL, 0);
+    }
+    return atomic_exchange_explicit(atomic_word, 0, memory_order_seq_cst) != 0;
 }

@@ -80,6 +80,24 @@ int _dispatch_get_main_queue_handle_4CF(void);
 /// serve the main queue in runs nested in a main-queue block.
 void _dispatch_main_queue_callback_4CF(void *msg);
 
+/// Starts counting fork(2)s (a `pthread_atfork` child handler; idempotent). A run loop made before
+/// a fork shares its epoll, eventfd and timerfd with the parent: the child must not use it.
+void crlk_watch_forks(void);
+
+/// How many times this process has been forked into (0 in the original process, incremented in
+/// each child); counts only after `crlk_watch_forks`. Inline: a relaxed load.
+extern _Atomic uint64_t crlk_fork_generation_count;
+static inline __attribute__((always_inline)) uint64_t crlk_fork_generation(void) {
+    return __atomic_load_n((uint64_t *)&crlk_fork_generation_count, __ATOMIC_RELAXED);
+}
+
+/// A wakeup without a descriptor, for a loop that cannot open its kernel descriptors (out of
+/// descriptors): a futex word. `crlk_futex_post` sets it and wakes a waiter; `crlk_futex_wait`
+/// sleeps while it is 0, at most `timeout_ns` (negative: no limit), then clears it; returns 1 if
+/// it was posted.
+void crlk_futex_post(uint32_t *word);
+int crlk_futex_wait(uint32_t *word, int64_t timeout_ns);
+
 /// Constants Swift cannot import from the headers as macros of the right type.
 enum {
     CRLK_EPOLLIN = EPOLLIN,

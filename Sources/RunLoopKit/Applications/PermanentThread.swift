@@ -208,12 +208,6 @@ final class PermanentThreadCore: Sendable {
         _ = crlk_set_thread_name(name)
         let loop = RunLoop.current
         let tid = crlk_gettid()
-        guard loop.waiter != nil else {
-            // Without its kernel descriptors the loop cannot sleep: refuse all tasks and end.
-            accepting.locked { $0 = false }
-            started.set(Started(loop: loop, tid: tid))
-            return
-        }
         let keepAlive = MessagePort<Never> { _ in }
         loop.add(keepAlive, forMode: .default)
         started.set(Started(loop: loop, tid: tid))

@@ -209,6 +209,8 @@ extension FileDescriptorSource: Source1Item {
 
     var descriptorSource: FileDescriptorSource? { self }
 
+    func invalidateItem() { invalidate() }
+
     func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool {
         var events = Events(epoll: kernelEvents)
         events.formUnion(Events(rawValue: pendingBroken.exchange(0, ordering: .acquiring)))

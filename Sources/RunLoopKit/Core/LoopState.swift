@@ -44,6 +44,8 @@ struct ModeState: Sendable {
     /// descriptor sources), made when its first descriptor source joins; -1 until then, and runs
     /// in the mode sleep in the loop's base set.
     var epollFD: Int32 = -1
+    /// Making the epoll set failed (logged once until it succeeds).
+    var epollSetFailed = false
 
     init(name: RunLoop.Mode) { self.name = name }
 

@@ -139,6 +139,11 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
 }
 
 extension MessagePort: Source1Item {
+    func invalidateItem() {
+        let dropped = invalidate().count
+        if dropped > 0 { Diagnostics.warning("\(self) invalidated with its loop's thread gone; \(dropped) undelivered messages dropped") }
+    }
+
     func withRegistration<R>(_ body: (inout Source1Registration) -> R) -> R {
         registration.locked { registration in body(&registration) }
     }

@@ -46,7 +46,7 @@ extension RunLoop {
             warnCommonRunOnce()
             return .finished
         }
-        guard waiter != nil else { return .finished }
+        openKernelDescriptors()
         let start = LoopClock.now()
         let timeoutNs = timeout.saturatedNanoseconds
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
@@ -512,7 +512,15 @@ extension RunLoop {
     /// call: timers are checked against the clock, and with no descriptor sources registered
     /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        guard let waiter else { return }
+        guard let waiter = waiter ?? (openKernelDescriptors() ? waiter : nil) else {
+            waitWithoutDescriptors(&context, poll: poll)
+            return
+        }
+        if context.items.needsEpollSet {
+            // Its descriptor sources joined while its epoll set could not be made: try again.
+            mutatingItems { state in _ = modeEpoll(context.modeIndex, &state) }
+            refreshItems(&context)
+        }
         let descriptors = context.items.hasDescriptors
         // A version-1 source with work that no descriptor shows (a port's messages, possibly sent
         // while the loop ran in another mode) keeps the loop awake, as a Mach port with a message
@@ -544,6 +552,9 @@ extension RunLoop {
             var deadline = min(timerDeadline, context.deadline)
             let now = LoopClock.now()
             guard deadline > now else { return .none }
+            if context.items.needsEpollSet {
+                deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNanoseconds))
+            }
             if spinWindow > 0 && timerDeadline <= context.deadline {
                 // A timer ends this sleep: wake `spinWindow` early and spin the rest.
                 let early = timerDeadline.subtractingSaturated(spinWindow)
@@ -576,6 +587,29 @@ extension RunLoop {
         }
         sleeping.store(false, ordering: .sequentiallyConsistent)
         confined.recentCrossThreadWakeUp = collect(count, &context, waiter)
+    }
+
+    /// The wait of a loop that could not open its kernel descriptors: on a futex, until a wakeup,
+    /// the next timer, the run's deadline, or the next attempt to open them.
+    private func waitWithoutDescriptors(_ context: inout RunContext, poll: Bool) {
+        let sources1Pending =
+            source1Attention.load(ordering: .sequentiallyConsistent)
+            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
+        if poll || sources1Pending {
+            _ = consumeWakeUp()
+            return
+        }
+        sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
+        sleeping.store(true, ordering: .sequentiallyConsistent)
+        defer { sleeping.store(false, ordering: .sequentiallyConsistent) }
+        if consumeWakeUp() { return }
+        let deadline = state.locked { state in
+            min(state.modes[context.modeIndex].timers.coalescedDeadline(), context.deadline)
+        }
+        let now = LoopClock.now()
+        guard deadline > now else { return }
+        futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
+        _ = consumeWakeUp()
     }
 
     /// Asks the kernel, without blocking, which of the mode's descriptors are ready.
@@ -699,7 +733,8 @@ extension RunLoop {
                 timerCount: mode.timerCount,
                 sources1: mode.sources1,
                 epollFD: mode.epollFD >= 0 ? mode.epollFD : (waiter?.epollFD ?? -1),
-                hasDescriptors: !mode.descriptorTags.isEmpty,
+                hasDescriptors: !mode.descriptorTags.isEmpty && mode.epollFD >= 0,
+                needsEpollSet: !mode.descriptorTags.isEmpty && mode.epollFD < 0,
                 modeIsCommon: state.isCommon(mode.name)
             )
         }
@@ -787,6 +822,9 @@ struct ModeItems {
     /// whether it holds descriptor sources (then even a poll asks the kernel).
     var epollFD: Int32 = -1
     var hasDescriptors = false
+    /// The mode has descriptor sources but no epoll set (it could not be made): retried at each
+    /// wait, and sleeps are cut short to retry.
+    var needsEpollSet = false
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false
@@ -835,6 +873,11 @@ final class LoopThreadState: @unchecked Sendable {
     /// How long a loop that was just woken by another thread watches for the next wakeup before
     /// sleeping: about the cost of one sleep and wakeup on this kind of machine.
     static let spinNanoseconds: Int64 = 5_000
+    /// How often a loop without its kernel descriptors (or a mode without its epoll set) tries
+    /// again to open them while it sleeps.
+    static let descriptorRetryNanoseconds: Int64 = 100_000_000
+    /// The loop could not open its kernel descriptors (logged once per such stretch).
+    var lackedDescriptors = false
     var spareScratch: [RunScratch] = []
     let eventCapacity: Int32 = 64
     let events: UnsafeMutablePointer<epoll_event>

@@ -48,8 +48,8 @@ extension RunLoop {
 
     func addSource1(_ item: any Source1Item, forMode mode: Mode) {
         var foreign = false
-        mutatingItems { state in
-            guard !state.tornDown else { return }
+        let accepted = mutatingItems { state -> Bool in
+            guard !state.tornDown else { return false }
             item.withRegistration { registration in
                 guard registration.valid else { return }
                 if let owner = registration.loop, owner !== self {
@@ -64,6 +64,13 @@ extension RunLoop {
                 for index in state.indexes(for: mode) { join(item, &registration, index, &state) }
                 if registration.modes.isEmpty && !registration.inCommonModes { registration.loop = nil }
             }
+            return true
+        }
+        guard accepted else {
+            // It could never be served: a port would take messages it cannot deliver.
+            warnAddedAfterExit(item)
+            item.invalidateItem()
+            return
         }
         if foreign {
             Diagnostics.warning("\(item) already belongs to another run loop; not added to \(shortDescription)")
@@ -97,7 +104,14 @@ extension RunLoop {
         }
         state.descriptorOwners[source.descriptor] = source
         state.modes[index].descriptorTags[source.id] = source
+        let hadSet = state.modes[index].epollFD >= 0
         guard let epollFD = modeEpoll(index, &state) else { return }
+        // A new set registered every source of the mode, this one included.
+        if hadSet { register(source, in: epollFD) }
+    }
+
+    /// Adds `source`'s descriptor to an epoll set. Under the loop's lock.
+    private func register(_ source: FileDescriptorSource, in epollFD: Int32) {
         do throws(Errno) {
             try Syscall.epollControl(
                 epollFD, EPOLL_CTL_ADD, fd: source.descriptor, events: source.watchedEvents.epollInterest,
@@ -113,8 +127,9 @@ extension RunLoop {
         }
     }
 
-    /// The epoll set of the mode at `index`, made on first use. Under the loop's lock.
-    private func modeEpoll(_ index: Int, _ state: inout LoopState) -> Int32? {
+    /// The epoll set of the mode at `index`, made on first use with every descriptor source the
+    /// mode has (some may have joined while it could not be made). Under the loop's lock.
+    func modeEpoll(_ index: Int, _ state: inout LoopState) -> Int32? {
         if state.modes[index].epollFD >= 0 { return state.modes[index].epollFD }
         guard let waiter else { return nil }
         do throws(Errno) {
@@ -129,11 +144,16 @@ extension RunLoop {
                 throw error
             }
             state.modes[index].epollFD = epollFD
+            state.modes[index].epollSetFailed = false
+            for source in state.modes[index].descriptorTags.values { register(source, in: epollFD) }
             return epollFD
         } catch {
-            Diagnostics.error(
-                "could not make an epoll set for mode \(state.modes[index].name) of \(shortDescription): \(error); its descriptor sources will not wake the loop"
-            )
+            if !state.modes[index].epollSetFailed {
+                state.modes[index].epollSetFailed = true
+                Diagnostics.error(
+                    "could not make an epoll set for mode \(state.modes[index].name) of \(shortDescription): \(error); its descriptor sources are watched once it can be made (retried while the loop runs in the mode)"
+                )
+            }
             return nil
         }
     }

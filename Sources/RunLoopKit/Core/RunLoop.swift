@@ -23,8 +23,20 @@ import Synchronization
 public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Items, modes and blocks: everything other threads may change.
     let state = Mutex(LoopState())
-    /// The kernel side; nil only if the loop's descriptors could not be opened.
-    let waiter: KernelWaiter?
+    /// The kernel side, set once the loop's descriptors could be opened (normally at creation;
+    /// a loop made while the process was out of descriptors retries at each run and each wait,
+    /// and until then sleeps on ``futexWord``).
+    let waiterSlot = AtomicLazyReference<KernelWaiter>()
+    /// The kernel side; nil while the loop's descriptors cannot be opened.
+    @inline(__always)
+    var waiter: KernelWaiter? { waiterSlot.load() }
+    /// Where a loop without kernel descriptors sleeps.
+    let futex = FutexWord()
+    /// The loop sleeps on ``futexWord``, not in epoll: wakers post the futex.
+    let sleepsOnFutex = Atomic<Bool>(false)
+    /// `crlk_fork_generation()` when the loop was made: a loop made before a fork(2) shares its
+    /// descriptors with the parent and must not be used in the child.
+    let forkGeneration: UInt64
     /// State only the loop's own thread touches.
     let confined = LoopThreadState()
 
@@ -67,22 +79,52 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         self.ownerTID = ownerTID
         self.ownerName = ownerName
         self.isMainLoop = isMainLoop
+        crlk_watch_forks()
+        self.forkGeneration = crlk_fork_generation()
+        _ = openKernelDescriptors()
+    }
+
+    /// Opens the loop's epoll set, eventfd and timerfd if it has none yet; returns whether it has
+    /// them. Out of descriptors, the loop keeps working without them (it sleeps on a futex; timers,
+    /// blocks, version-0 sources and ports work, descriptor sources wait) and retries here at each
+    /// run and each wait. Loop thread (or the creating thread, at init).
+    @discardableResult
+    func openKernelDescriptors() -> Bool {
+        if waiter != nil { return true }
         do {
-            self.waiter = try KernelWaiter()
+            let opened = waiterSlot.storeIfNil(try KernelWaiter())
+            sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
+            // The timerfd starts disarmed; the next wait arms it for what is due.
+            withState { state in state.armedDeadline = LoopClock.never }
+            if confined.lackedDescriptors {
+                confined.lackedDescriptors = false
+                Diagnostics.warning("\(shortDescription) opened its kernel descriptors; it sleeps in epoll again")
+            }
+            _ = opened
+            return true
         } catch {
-            self.waiter = nil
-            Diagnostics.error(
-                "cannot open the kernel descriptors of the run loop of thread '\(ownerName)' (tid \(ownerTID)): \(error); its runs return .finished at once"
-            )
+            if !confined.lackedDescriptors {
+                confined.lackedDescriptors = true
+                Diagnostics.error(
+                    "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
+                )
+            }
+            return false
         }
     }
 
     // MARK: Loops and threads
 
     /// The calling thread's loop, created on first use.
+    ///
+    /// In a process made by `fork()`, the thread's loop is a new one: a loop made before the fork
+    /// shares its kernel descriptors with the parent (see <doc:FailureModes>).
     public static var current: RunLoop {
         if let raw = pthread_getspecific(ThreadLoops.key) {
-            return Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
+            let loop = Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
+            if !loop.isFromBeforeFork { return loop }
+            // The parent's loop, inherited through fork(): left alone (its locks may be held by
+            // threads the child does not have) and replaced.
         }
         let loop =
             crlk_is_main_thread()
@@ -95,12 +137,24 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     ///
     /// Running in a common mode, it serves `DispatchQueue.main` and so `@MainActor` jobs, as
     /// CoreFoundation's main loop does, and the main queue keeps its common modes from being empty
-    /// (see <doc:MainQueue>).
-    public static let main: RunLoop = {
-        let loop = RunLoop(ownerTID: getpid(), ownerName: "main", isMainLoop: true)
-        loop.attachMainDispatchQueue()  // Integration/MainQueue.swift
-        return loop
-    }()
+    /// (see <doc:MainQueue>). In a process made by `fork()` it is a new loop, which does not serve
+    /// the main queue (libdispatch cannot be used in a forked child).
+    public static var main: RunLoop { MainLoopSlot.loop() }
+
+    /// Whether the loop was made before this process was forked (so it belongs to the parent).
+    @inline(__always)
+    var isFromBeforeFork: Bool { forkGeneration != crlk_fork_generation() }
+
+    /// Stops the process with a clear message if the loop was made before a fork (see
+    /// ``current``): its descriptors are the parent's, and using them would steal the parent's
+    /// wakeups and timers.
+    @inline(__always)
+    func preconditionNotForked(_ function: StaticString) {
+        guard _slowPath(isFromBeforeFork) else { return }
+        fatalError(
+            "RunLoop.\(function) on \(shortDescription), which was made before this process was forked: its epoll, eventfd and timerfd are shared with the parent process. In a child of fork(), use RunLoop.current or RunLoop.main (new loops), or exec."
+        )
+    }
 
     /// Whether the calling thread is the loop's own thread.
     public var isCurrent: Bool {
@@ -114,6 +168,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// the loop's own thread.
     @inline(__always)
     func preconditionOnOwnThread(_ function: StaticString) {
+        preconditionNotForked(function)
         guard !isCurrent else { return }
         // fatalError, not preconditionFailure: the message must name the threads in -O builds too.
         fatalError(
@@ -123,7 +178,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// Called by the thread-exit hook: removes every item and closes the kernel descriptors.
     func tearDown() {
-        let (sources, timers, observers) = mutatingItems { state in
+        let (sources, timers, observers, sources1) = mutatingItems { state in
             state.tornDown = true
             var sources: [(RunLoopSource, RunLoop.Mode)] = []
             var timers: [RunLoopTimer] = []
@@ -167,7 +222,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                     registration.inCommonModes = false
                 }
             }
-            return (sources, timers, observers)
+            return (sources, timers, observers, sources1)
         }
         for timer in timers {
             timer.state.locked { timer in
@@ -183,6 +238,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             source.registrations.locked { $0.removeAll { $0.loop === self } }
             source.cancelCallout?(self, mode)
         }
+        // A descriptor source or port whose thread is gone can never deliver again: invalidated,
+        // so owned descriptors are closed and later sends throw instead of piling up.
+        for item in sources1 { item.invalidateItem() }
         // Blocks still queued can never run now; the thread exit drops them (this runs on the
         // loop's own thread, the queue's consumer).
         blocksClosed.store(true, ordering: .releasing)
@@ -226,8 +284,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(n) in the sources of the mode.
     public func add(_ source: RunLoopSource, forMode mode: Mode) {
         guard source.isValid else { return }
+        var dead = false
         let joined: [Mode] = mutatingItems { state in
-            guard !state.tornDown else { return [] }
+            guard !state.tornDown else {
+                dead = true
+                return []
+            }
             // Registered first, under the source's lock, which invalidate() takes after clearing
             // `valid`: either it sees this registration (and removes the source, after this
             // lock is released), or this sees `valid == false` and adds nothing.
@@ -240,6 +302,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             }
             return accepted ? state.add(source, for: mode) : []
         }
+        if dead { warnAddedAfterExit(source) }
         for joinedMode in joined { source.scheduleCallout?(self, joinedMode) }
     }
 
@@ -270,8 +333,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// (or adding an invalidated one) does nothing.
     public func add(_ observer: RunLoopObserver, forMode mode: Mode) {
         guard observer.isValid else { return }
-        mutatingItems { state in
-            guard !state.tornDown else { return }
+        let alive = mutatingItems { state -> Bool in
+            guard !state.tornDown else { return false }
             let accepted = observer.registrations.locked { places -> Bool in
                 guard observer.isValid else { return false }
                 if places.contains(where: { $0.loop !== self }) { return false }
@@ -280,11 +343,14 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 }
                 return true
             }
-            if accepted {
-                _ = state.add(observer, for: mode)
-            } else if observer.isValid {
-                Diagnostics.warning("\(observer) already belongs to another run loop; not added to \(shortDescription)")
-            }
+            if accepted { _ = state.add(observer, for: mode) }
+            return true
+        }
+        // Logged with no lock held: a log handler is user code.
+        if !alive {
+            warnAddedAfterExit(observer)
+        } else if observer.isValid, !observer.registrations.locked({ $0.contains { $0.loop === self } }) {
+            Diagnostics.warning("\(observer) already belongs to another run loop; not added to \(shortDescription)")
         }
     }
 
@@ -309,8 +375,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(log n) in the timers of the mode.
     public func add(_ timer: RunLoopTimer, forMode mode: Mode) {
         var foreign = false
+        var dead = false
         mutatingItems { state in
-            guard !state.tornDown else { return }
+            guard !state.tornDown else {
+                dead = true
+                return
+            }
             // The deadline to re-arm the timerfd for, if the timer joined the running mode ahead
             // of the armed deadline (see rearmForEarlierTimers; one new entry needs no walk: the
             // new deadline is its latest fire time).
@@ -354,6 +424,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         if foreign {
             Diagnostics.warning("\(timer) already belongs to another run loop; not added to \(shortDescription)")
         }
+        if dead { warnAddedAfterExit(timer) }
+    }
+
+    /// Says that `item` was not added because the loop's thread has exited (it could never run).
+    func warnAddedAfterExit(_ item: Any) {
+        Diagnostics.warning("\(item) not added to \(shortDescription): the loop's thread has exited")
     }
 
     /// Removes a timer from `mode` (it stays valid and can be added again).
@@ -486,6 +562,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// loop's thread has exited.
     @inline(__always)
     private func enqueue(_ block: consuming PendingBlock) {
+        preconditionNotForked("perform(_:)")
         guard !blocksClosed.load(ordering: .acquiring) else {
             Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
             return
@@ -586,7 +663,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         // a newer `true`); a newer `true` belongs to a waker that does the waking itself.
         if wakeRequested.load(ordering: .sequentiallyConsistent) { return }
         if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }
-        if sleeping.load(ordering: .sequentiallyConsistent) { waiter?.signal() }
+        guard sleeping.load(ordering: .sequentiallyConsistent) else { return }
+        preconditionNotForked("wakeUp()")
+        if sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
+            futex.post()
+        } else {
+            waiter?.signal()
+        }
     }
 
     // MARK: Identity
@@ -600,6 +683,43 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     var shortDescription: String { "<RunLoop \(objectAddress(self)) thread '\(ownerName)' tid \(ownerTID)>" }
 }
 
+/// Where ``RunLoop/main`` lives: made on first use, and made again in a child of fork() (the
+/// parent's main loop shares its descriptors with the parent). A compare-and-swap on a retained
+/// pointer rather than a lock, because a lock could be held, at the fork, by a thread the child
+/// does not have.
+enum MainLoopSlot {
+    private static let slot = Atomic<UInt>(0)
+
+    static func loop() -> RunLoop {
+        let raw = slot.load(ordering: .acquiring)
+        if raw != 0 {
+            let loop = Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: raw)!).takeUnretainedValue()
+            if !loop.isFromBeforeFork { return loop }
+        }
+        return make(replacing: raw)
+    }
+
+    private static func make(replacing old: UInt) -> RunLoop {
+        let loop = RunLoop.makeMain()
+        let new = UInt(bitPattern: Unmanaged.passRetained(loop).toOpaque())
+        let (exchanged, current) = slot.compareExchange(
+            expected: old, desired: new, ordering: .acquiringAndReleasing)
+        guard exchanged else {
+            Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: new)!).release()
+            return Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: current)!).takeUnretainedValue()
+        }
+        // The replaced loop (the parent's, in a forked child) is left alone, as `current` does.
+        // libdispatch's main queue cannot be used in a forked child.
+        if crlk_fork_generation() == 0 { loop.attachMainDispatchQueue() }  // Integration/MainQueue.swift
+        return loop
+    }
+}
+
+extension RunLoop {
+    /// A new main loop (see ``MainLoopSlot``).
+    fileprivate static func makeMain() -> RunLoop { RunLoop(ownerTID: getpid(), ownerName: "main", isMainLoop: true) }
+}
+
 /// The thread-local slot that maps a thread to its loop, and the thread-exit hook.
 enum ThreadLoops {
     /// The key; its destructor runs when a thread with a loop exits and tears the loop down.
@@ -608,7 +728,15 @@ enum ThreadLoops {
         let status = pthread_key_create(&key) { raw in
             guard let raw else { return }
             let loop = Unmanaged<RunLoop>.fromOpaque(raw).takeRetainedValue()
-            if !loop.isMainLoop { loop.tearDown() }
+            // A loop inherited through fork() belongs to the parent: left alone.
+            guard !loop.isMainLoop, !loop.isFromBeforeFork else { return }
+            // The teardown's callbacks (cancel callbacks, deinits) run on this thread, which is
+            // still the loop's: the slot points at the loop meanwhile, so `isCurrent`,
+            // `RunLoop.current`, `perform(waitUntilDone:)` and `LoopBound` see it. Cleared after,
+            // so the destructor is not called again.
+            pthread_setspecific(ThreadLoops.key, raw)
+            loop.tearDown()
+            pthread_setspecific(ThreadLoops.key, nil)
         }
         precondition(status == 0, "RunLoopKit: pthread_key_create failed (\(status))")
         return key

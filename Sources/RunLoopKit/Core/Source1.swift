@@ -31,6 +31,9 @@ protocol Source1Item: AnyObject, Sendable {
     func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool
     /// The descriptor source behind it, if it is one.
     var descriptorSource: FileDescriptorSource? { get }
+    /// Stops it for good, as its public `invalidate()` does: when its loop's thread exits, or when
+    /// it is added to a loop whose thread has exited (it could never deliver).
+    func invalidateItem()
 }
 
 /// Ids for version-1 sources, never reused; above the kernel waiter's own tags.
