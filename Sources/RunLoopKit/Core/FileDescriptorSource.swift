@@ -18,20 +18,25 @@ import SystemPackage
 /// with those events (read what is left then) and the source is invalidated when it returns; the
 /// loop keeps running.
 ///
-/// Events carry the source's own tag, not the descriptor number, so a number the kernel reuses for
+/// Events carry a tag of the loop's, not the descriptor number, so a number the kernel reuses for
 /// a new descriptor never delivers a stale event to a new source. A source belongs to one loop
-/// (any number of its modes), and a loop watches a descriptor number through one source: adding
-/// a source for a number an earlier, still valid source watches means the earlier source's
-/// descriptor was closed and its number reused, so the earlier source is told ``Events/closed``
-/// and invalidated.
+/// (any number of its modes). Several sources may watch one descriptor (a read source and a
+/// write source on a socket): the loop registers the descriptor once and tells each source what
+/// it watches. Adding a source whose descriptor is another file (device and inode) than that of
+/// an earlier, still valid source on the same number means the earlier source's descriptor was
+/// closed and its number reused: the earlier source is told ``Events/closed`` and invalidated.
 ///
 /// Close a watched descriptor through ``invalidate()`` (with ``ownsDescriptor``) or after it. A
-/// descriptor closed behind the source's back simply stops producing events (the kernel drops
-/// it from every epoll set); the loop finds out, and tells the handler ``Events/closed``, when
-/// the number is reused by another source on the loop, when the source joins a mode (its
-/// descriptor's device and inode are checked then), or when changing ``watchedEvents`` fails.
-/// Descriptors on the kernel's shared anonymous inode (eventfd, timerfd, signalfd, epoll) all look
-/// alike to that check, so a reused number among those is caught only the other two ways.
+/// descriptor closed behind the source's back stops producing events only if nothing else holds
+/// its file: the kernel drops a registration when the file closes, not when the number does.
+/// While a `dup`, a child process or an `SCM_RIGHTS` message keeps the file open, the kernel
+/// goes on reporting it; the loop checks, whenever the descriptor is reported ready, that the
+/// number still names the same file (device and inode), tells the handler ``Events/closed``
+/// otherwise, and rebuilds its epoll set to drop the registration it can no longer delete. It
+/// also finds out when the number is reused by another source on the loop, when the source joins
+/// a mode, and when changing ``watchedEvents`` fails. Descriptors on the kernel's shared anonymous
+/// inode (eventfd, timerfd, signalfd, epoll) all look alike to the device-and-inode check, so a
+/// reused number among those is caught only the other ways. See <doc:FailureModes>.
 public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvertible {
     /// What a descriptor source watches for, and what its handler is told.
     public struct Events: OptionSet, Sendable, Hashable, CustomStringConvertible {
@@ -91,7 +96,7 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
 
     let id: UInt64
     /// What the descriptor referred to when the source was made (device and inode).
-    private let identity: DescriptorIdentity
+    let identity: DescriptorIdentity
     let handler: @Sendable (FileDescriptorSource, Events) -> Void
     let registration = Mutex(Source1Registration())
     /// The watched events' bits (``Events``), readable without the lock.
@@ -115,7 +120,8 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     ///   - order: The position among a mode's version-1 sources.
     ///   - handler: Called on the loop's thread with the source and what happened.
     /// - Throws: `Errno.badFileDescriptor` if `descriptor` is not open; `Errno.notPermitted` for a
-    ///   regular file or a directory, which epoll cannot watch (they are always ready).
+    ///   regular file, a directory or a device epoll cannot watch (`/dev/null`, `/dev/zero`). The
+    ///   descriptor stays the caller's when `init` throws.
     public init(
         descriptor: Int32,
         watching events: Events = .readable,
@@ -128,6 +134,9 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
         if fstat(descriptor, &info) != 0 { throw Errno(rawValue: errno) }
         let kind = info.st_mode & S_IFMT
         if kind == S_IFREG || kind == S_IFDIR { throw Errno.notPermitted }
+        // Character devices such as /dev/null and /dev/zero cannot be watched either, and only
+        // epoll can tell: a trial registration.
+        if kind == S_IFCHR { try EpollProbe.check(descriptor) }
         self.descriptor = descriptor
         self.identity = DescriptorIdentity(info)
         self.ownsDescriptor = ownsDescriptor
@@ -213,11 +222,48 @@ extension FileDescriptorSource: Source1Item {
 
     func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool {
         var events = Events(epoll: kernelEvents)
+        if kernelEvents != 0 && !stillNamesItsDescriptor() {
+            // The kernel reports a file this number no longer names: closed behind the source's
+            // back while something else (a dup, a child, a message) keeps the file open. Its
+            // registration cannot be deleted by number: the loop rebuilds its epoll sets.
+            events = .closed
+            descriptorClosed.store(true, ordering: .relaxed)
+            loop.descriptorFoundClosed(self)
+        }
         events.formUnion(Events(rawValue: pendingBroken.exchange(0, ordering: .acquiring)))
         guard !events.isEmpty, isValid else { return false }
         handler(self, events)
         if !events.isDisjoint(with: Events.terminal) { invalidate() }
         return true
+    }
+}
+
+/// Asks epoll whether it can watch a descriptor, with a trial registration in a set kept for
+/// that, so a source is refused when it is made rather than failing later in a loop.
+enum EpollProbe {
+    /// The probe set; -1 until it could be made (retried at each check).
+    private static let set = Mutex<Int32>(-1)
+
+    /// Throws `Errno.notPermitted` if epoll refuses `descriptor` (it does for files with no
+    /// readiness to report: /dev/null, /dev/zero, regular files). Without a probe set (out of
+    /// descriptors) it cannot tell and lets the descriptor through.
+    static func check(_ descriptor: Int32) throws(Errno) {
+        let refused: Errno? = set.locked { set -> Errno? in
+            if set < 0 { set = (try? Syscall.epollCreate()) ?? -1 }
+            guard set >= 0 else { return nil }
+            do throws(Errno) {
+                try Syscall.epollControl(set, EPOLL_CTL_ADD, fd: descriptor, events: 0, tag: 0)
+            } catch Errno.notPermitted {
+                return .notPermitted
+            } catch {
+                // EEXIST (a forked parent or child probing the same file now) means watchable;
+                // EBADF was ruled out by fstat; anything else: let the loop decide.
+                return nil
+            }
+            try? Syscall.epollControl(set, EPOLL_CTL_DEL, fd: descriptor, events: 0, tag: 0)
+            return nil
+        }
+        if let refused { throw refused }
     }
 }
 

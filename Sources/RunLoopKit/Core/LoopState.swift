@@ -23,6 +23,19 @@ struct PendingBlock: Sendable {
     }
 }
 
+/// One descriptor number in one mode's epoll set.
+struct WatchedDescriptor: Sendable {
+    /// What the registration's events carry (never the number, which the kernel may reuse).
+    let tag: UInt64
+    /// The mode's sources on this descriptor, in the order they joined.
+    var sources: [FileDescriptorSource]
+    /// The events registered: the union of what the sources watch.
+    var interest: UInt32
+
+    /// The union of what the sources watch now.
+    var wantedInterest: UInt32 { sources.reduce(0) { $0 | $1.watchedEvents.epollInterest } }
+}
+
 /// One mode's items. Sources and observers are kept sorted by order (stable), so a run takes a
 /// snapshot by retaining the array: no copy unless the array changes while the snapshot is held.
 struct ModeState: Sendable {
@@ -38,8 +51,14 @@ struct ModeState: Sendable {
     var firingFireNs = LoopClock.never
     /// Version-1 sources (descriptor sources and message ports), sorted by order (stable).
     var sources1: ContiguousArray<any Source1Item> = []
-    /// The descriptor sources among them, by the tag their epoll events carry.
-    var descriptorTags: [UInt64: FileDescriptorSource] = [:]
+    /// The descriptors the mode's epoll set watches, by number: one registration each (the kernel
+    /// keys registrations by file and number), serving every source of the mode on it.
+    var descriptors: [Int32: WatchedDescriptor] = [:]
+    /// The number each registration's tag stands for.
+    var descriptorNumbers: [UInt64: Int32] = [:]
+    /// The epoll set may hold a registration that could not be deleted (its number was closed
+    /// while another reference kept the file open): the set is rebuilt before the next sleep.
+    var epollSetStale = false
     /// The mode's own epoll set (the loop's wakeup and timer descriptors plus the mode's
     /// descriptor sources), made when its first descriptor source joins; -1 until then, and runs
     /// in the mode sleep in the loop's base set.
@@ -65,8 +84,10 @@ struct LoopState: Sendable {
     var commonObservers: [RunLoopObserver] = []
     var commonTimers: [RunLoopTimer] = []
     var commonSources1: [any Source1Item] = []
-    /// Which descriptor source watches each descriptor number (one per number per loop).
-    var descriptorOwners: [Int32: FileDescriptorSource] = [:]
+    /// The descriptor sources on the loop, by number: several may share one descriptor (a read and
+    /// a write source on a socket); a source whose descriptor differs from theirs (device and
+    /// inode) means the number was closed and reused.
+    var descriptorOwners: [Int32: [FileDescriptorSource]] = [:]
     /// The modes (indexes) of the runs in progress, innermost last.
     var runningModes: [Int] = []
     /// The deadline the loop's timerfd is armed for; `LoopClock.never` when disarmed or expired.
@@ -109,22 +130,40 @@ struct LoopState: Sendable {
 
     // MARK: Sources
 
-    /// Adds `source`; returns the real modes it joined.
-    mutating func add(_ source: RunLoopSource, for mode: RunLoop.Mode) -> [RunLoop.Mode] {
-        if mode == .common {
-            if commonSources.contains(where: { $0 === source }) { return [] }
+    /// Adds `source`; returns the real modes it joined. `fresh`: the source is on none of this
+    /// loop's lists yet, so the membership scans are skipped. Adding for ``RunLoop/Mode/common``
+    /// again puts it back in every common mode it was removed from (as CoreFoundation does).
+    ///
+    /// - Complexity: O(1) amortized for a fresh source whose order is not below the mode's last;
+    ///   O(n) otherwise.
+    mutating func add(_ source: RunLoopSource, for mode: RunLoop.Mode, fresh: Bool) -> [RunLoop.Mode] {
+        if mode == .common, fresh || !commonSources.contains(where: { $0 === source }) {
             commonSources.append(source)
         }
         var joined: [RunLoop.Mode] = []
-        for index in indexes(for: mode) where insert(source, into: index) { joined.append(modes[index].name) }
+        for index in indexes(for: mode) where insert(source, into: index, fresh: fresh) {
+            joined.append(modes[index].name)
+        }
         return joined
     }
 
-    private mutating func insert(_ source: RunLoopSource, into index: Int) -> Bool {
-        if modes[index].sources.contains(where: { $0 === source }) { return false }
-        let position = modes[index].sources.firstIndex { $0.order > source.order } ?? modes[index].sources.endIndex
-        modes[index].sources.insert(source, at: position)
+    private mutating func insert(_ source: RunLoopSource, into index: Int, fresh: Bool) -> Bool {
+        if !fresh && modes[index].sources.contains(where: { $0 === source }) { return false }
+        modes[index].sources.insert(source, at: Self.position(ofOrder: source.order, in: modes[index].sources) { $0.order })
         return true
+    }
+
+    /// Where an item of `order` goes in a list sorted by order, after the items of equal order: at
+    /// the end when it is not below the last (the usual case, O(1)), else found by binary search.
+    static func position<Item>(ofOrder order: Int, in list: ContiguousArray<Item>, _ orderOf: (Item) -> Int) -> Int {
+        guard let last = list.last, orderOf(last) > order else { return list.endIndex }
+        var low = 0
+        var high = list.count - 1
+        while low < high {
+            let middle = (low + high) / 2
+            if orderOf(list[middle]) > order { high = middle } else { low = middle + 1 }
+        }
+        return low
     }
 
     /// Removes `source`; returns the real modes it left.
@@ -153,20 +192,22 @@ struct LoopState: Sendable {
 
     // MARK: Observers
 
-    mutating func add(_ observer: RunLoopObserver, for mode: RunLoop.Mode) -> Bool {
-        if mode == .common {
-            if commonObservers.contains(where: { $0 === observer }) { return false }
+    /// Adds `observer` (see ``add(_:for:fresh:)-(RunLoopSource,_,_)`` for `fresh` and ``RunLoop/Mode/common``).
+    ///
+    /// - Complexity: O(1) amortized for a fresh observer whose order is not below the mode's last;
+    ///   O(n) otherwise.
+    mutating func add(_ observer: RunLoopObserver, for mode: RunLoop.Mode, fresh: Bool) {
+        if mode == .common, fresh || !commonObservers.contains(where: { $0 === observer }) {
             commonObservers.append(observer)
         }
-        var added = false
-        for index in indexes(for: mode) where !modes[index].observers.contains(where: { $0 === observer }) {
-            let position =
-                modes[index].observers.firstIndex { $0.order > observer.order } ?? modes[index].observers.endIndex
-            modes[index].observers.insert(observer, at: position)
-            modes[index].observerMask |= observer.activities.rawValue
-            added = true
-        }
-        return added || mode == .common
+        for index in indexes(for: mode) { insert(observer, into: index, fresh: fresh) }
+    }
+
+    private mutating func insert(_ observer: RunLoopObserver, into index: Int, fresh: Bool) {
+        if !fresh && modes[index].observers.contains(where: { $0 === observer }) { return }
+        modes[index].observers.insert(
+            observer, at: Self.position(ofOrder: observer.order, in: modes[index].observers) { $0.order })
+        modes[index].observerMask |= observer.activities.rawValue
     }
 
     mutating func remove(_ observer: RunLoopObserver, for mode: RunLoop.Mode) {
@@ -266,13 +307,8 @@ struct LoopState: Sendable {
         }
         let index = index(of: mode)
         var joined: [RunLoopSource] = []
-        for source in commonSources where insert(source, into: index) { joined.append(source) }
-        for observer in commonObservers where !modes[index].observers.contains(where: { $0 === observer }) {
-            let position =
-                modes[index].observers.firstIndex { $0.order > observer.order } ?? modes[index].observers.endIndex
-            modes[index].observers.insert(observer, at: position)
-            modes[index].observerMask |= observer.activities.rawValue
-        }
+        for source in commonSources where insert(source, into: index, fresh: false) { joined.append(source) }
+        for observer in commonObservers { insert(observer, into: index, fresh: false) }
         for timer in commonTimers {
             timer.state.locked { state in
                 guard state.valid, state.loop === loop else { return }

@@ -453,12 +453,24 @@ extension RunLoop {
         guard !context.scratch.kernelEvents.isEmpty || attention else { return false }
         refreshItems(&context)
         if !context.scratch.kernelEvents.isEmpty {
-            state.locked { state in
-                let tags = state.modes[context.modeIndex].descriptorTags
+            let unknownTag = state.locked { state -> Bool in
+                let mode = state.modes[context.modeIndex]
+                var unknownTag = false
                 for (tag, events) in context.scratch.kernelEvents {
-                    if let source = tags[tag] { context.scratch.readySources1.append((source, events)) }
+                    guard let number = mode.descriptorNumbers[tag], let watch = mode.descriptors[number] else {
+                        // A registration the mode could not delete (see rebuildEpollSet).
+                        unknownTag = true
+                        continue
+                    }
+                    for source in watch.sources {
+                        // Each source hears what it watches, and hang-ups and errors.
+                        let mine = events & (source.watchedEvents.epollInterest | UInt32(CRLK_EPOLLHUP | CRLK_EPOLLERR))
+                        if mine != 0 { context.scratch.readySources1.append((source, mine)) }
+                    }
                 }
+                return unknownTag
             }
+            if unknownTag { mutatingItems { state in state.modes[context.modeIndex].epollSetStale = true } }
             context.scratch.kernelEvents.removeAll(keepingCapacity: true)
         }
         if attention {
@@ -519,6 +531,9 @@ extension RunLoop {
         if context.items.needsEpollSet {
             // Its descriptor sources joined while its epoll set could not be made: try again.
             mutatingItems { state in _ = modeEpoll(context.modeIndex, &state) }
+            refreshItems(&context)
+        } else if context.items.epollSetStale {
+            mutatingItems { state in rebuildEpollSet(context.modeIndex, &state) }
             refreshItems(&context)
         }
         let descriptors = context.items.hasDescriptors
@@ -733,8 +748,9 @@ extension RunLoop {
                 timerCount: mode.timerCount,
                 sources1: mode.sources1,
                 epollFD: mode.epollFD >= 0 ? mode.epollFD : (waiter?.epollFD ?? -1),
-                hasDescriptors: !mode.descriptorTags.isEmpty && mode.epollFD >= 0,
-                needsEpollSet: !mode.descriptorTags.isEmpty && mode.epollFD < 0,
+                hasDescriptors: !mode.descriptors.isEmpty && mode.epollFD >= 0,
+                needsEpollSet: !mode.descriptors.isEmpty && mode.epollFD < 0,
+                epollSetStale: mode.epollSetStale,
                 modeIsCommon: state.isCommon(mode.name)
             )
         }
@@ -825,6 +841,8 @@ struct ModeItems {
     /// The mode has descriptor sources but no epoll set (it could not be made): retried at each
     /// wait, and sleeps are cut short to retry.
     var needsEpollSet = false
+    /// The mode's epoll set must be rebuilt before the next sleep (see `rebuildEpollSet`).
+    var epollSetStale = false
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false

@@ -95,36 +95,107 @@ extension RunLoop {
             source1NeedsAttention()
             return
         }
-        // One source per descriptor number: an earlier valid source on the same number watched a
-        // descriptor that has been closed since (the number was reused).
-        if let earlier = state.descriptorOwners[source.descriptor], earlier !== source {
-            earlier.markClosed(reused: true)
-            for modeIndex in state.modes.indices { state.modes[modeIndex].descriptorTags[earlier.id] = nil }
+        let number = source.descriptor
+        var owners = state.descriptorOwners[number] ?? []
+        // Earlier sources on this number whose descriptor was another file: it was closed and the
+        // number reused. Sources on the same file share it (a read and a write source).
+        let reused = owners.filter { $0 !== source && $0.identity != source.identity }
+        if !reused.isEmpty {
+            for earlier in reused { forget(earlier, number: number, &state) }
+            owners.removeAll { earlier in reused.contains { $0 === earlier } }
             source1NeedsAttention()  // no lock taken: a flag and, at most, an eventfd write
         }
-        state.descriptorOwners[source.descriptor] = source
-        state.modes[index].descriptorTags[source.id] = source
+        if !owners.contains(where: { $0 === source }) { owners.append(source) }
+        state.descriptorOwners[number] = owners
+        if var watch = state.modes[index].descriptors[number] {
+            watch.sources.append(source)
+            state.modes[index].descriptors[number] = watch
+            applyInterest(number, index, &state)
+            return
+        }
+        let tag = Source1IDs.make()
+        state.modes[index].descriptors[number] = WatchedDescriptor(tag: tag, sources: [source], interest: 0)
+        state.modes[index].descriptorNumbers[tag] = number
         let hadSet = state.modes[index].epollFD >= 0
         guard let epollFD = modeEpoll(index, &state) else { return }
-        // A new set registered every source of the mode, this one included.
-        if hadSet { register(source, in: epollFD) }
+        // A new set registered every descriptor of the mode, this one included.
+        if hadSet { register(number, index, in: epollFD, &state) }
     }
 
-    /// Adds `source`'s descriptor to an epoll set. Under the loop's lock.
-    private func register(_ source: FileDescriptorSource, in epollFD: Int32) {
+    /// Takes a source whose number was reused out of every mode's registrations and tells it
+    /// `.closed`. Its registrations cannot be deleted by number (the number names another file
+    /// now); if its old file is still open elsewhere they live on, so the sets are rebuilt.
+    private func forget(_ source: FileDescriptorSource, number: Int32, _ state: inout LoopState) {
+        source.markClosed(reused: true)
+        for index in state.modes.indices {
+            guard var watch = state.modes[index].descriptors[number] else { continue }
+            watch.sources.removeAll { $0 === source }
+            if watch.sources.isEmpty {
+                state.modes[index].descriptors[number] = nil
+                state.modes[index].descriptorNumbers[watch.tag] = nil
+            } else {
+                state.modes[index].descriptors[number] = watch
+            }
+            state.modes[index].epollSetStale = true
+        }
+    }
+
+    /// Registers descriptor `number` of the mode at `index` with `epollFD`, for what its sources
+    /// watch. Under the loop's lock.
+    private func register(_ number: Int32, _ index: Int, in epollFD: Int32, _ state: inout LoopState) {
+        guard var watch = state.modes[index].descriptors[number] else { return }
+        // Checked again: the set may be made (or rebuilt) long after the sources joined.
+        guard watch.sources.first?.stillNamesItsDescriptor() ?? false else {
+            for source in watch.sources { source.markClosed(reused: true) }
+            source1NeedsAttention()
+            return
+        }
+        watch.interest = watch.wantedInterest
+        state.modes[index].descriptors[number] = watch
         do throws(Errno) {
-            try Syscall.epollControl(
-                epollFD, EPOLL_CTL_ADD, fd: source.descriptor, events: source.watchedEvents.epollInterest,
-                tag: source.id)
+            try Syscall.epollControl(epollFD, EPOLL_CTL_ADD, fd: number, events: watch.interest, tag: watch.tag)
         } catch Errno.fileExists {
-            try? Syscall.epollControl(
-                epollFD, EPOLL_CTL_MOD, fd: source.descriptor, events: source.watchedEvents.epollInterest,
-                tag: source.id)
+            // A registration of this file and number that could not be deleted: replaced.
+            try? Syscall.epollControl(epollFD, EPOLL_CTL_MOD, fd: number, events: watch.interest, tag: watch.tag)
         } catch {
-            // EBADF: closed before it could be watched; the loop tells the handler.
-            source.markClosed(reused: false)
+            // EBADF: closed before it could be watched (EPERM, a file epoll cannot watch, is refused
+            // when the source is made); the loop tells the handlers.
+            for source in watch.sources { source.markClosed(reused: false) }
             source1NeedsAttention()
         }
+    }
+
+    /// Updates the registration of descriptor `number` in the mode at `index` to what its sources
+    /// watch now. Under the loop's lock.
+    private func applyInterest(_ number: Int32, _ index: Int, _ state: inout LoopState) {
+        guard var watch = state.modes[index].descriptors[number] else { return }
+        let wanted = watch.wantedInterest
+        guard wanted != watch.interest else { return }
+        watch.interest = wanted
+        state.modes[index].descriptors[number] = watch
+        let epollFD = state.modes[index].epollFD
+        guard epollFD >= 0 else { return }
+        do throws(Errno) {
+            try Syscall.epollControl(epollFD, EPOLL_CTL_MOD, fd: number, events: wanted, tag: watch.tag)
+        } catch {
+            // EBADF, ENOENT: the descriptor was closed behind the sources' backs.
+            for source in watch.sources { source.markClosed(reused: false) }
+            state.modes[index].epollSetStale = true
+            source1NeedsAttention()
+        }
+    }
+
+    /// Makes the mode's epoll set anew from its live registrations: the way to get rid of a
+    /// registration that cannot be deleted (`EPOLL_CTL_DEL` names it by number, and the number was
+    /// closed while a `dup`, a child process or an `SCM_RIGHTS` message keeps its file open, so
+    /// the kernel keeps reporting it). Loop thread, under the loop's lock.
+    func rebuildEpollSet(_ index: Int, _ state: inout LoopState) {
+        state.modes[index].epollSetStale = false
+        let old = state.modes[index].epollFD
+        guard old >= 0 else { return }
+        state.modes[index].epollFD = -1
+        Syscall.close(old)
+        _ = modeEpoll(index, &state)
     }
 
     /// The epoll set of the mode at `index`, made on first use with every descriptor source the
@@ -145,7 +216,7 @@ extension RunLoop {
             }
             state.modes[index].epollFD = epollFD
             state.modes[index].epollSetFailed = false
-            for source in state.modes[index].descriptorTags.values { register(source, in: epollFD) }
+            for number in Array(state.modes[index].descriptors.keys) { register(number, index, in: epollFD, &state) }
             return epollFD
         } catch {
             if !state.modes[index].epollSetFailed {
@@ -165,11 +236,23 @@ extension RunLoop {
         guard registration.modes.remove(index) else { return }
         state.modes[index].sources1.removeAll { $0 === item }
         guard let source = item.descriptorSource else { return }
-        state.modes[index].descriptorTags[source.id] = nil
-        if !source.numberReused.load(ordering: .relaxed), state.modes[index].epollFD >= 0 {
-            try? Syscall.epollControl(
-                state.modes[index].epollFD, EPOLL_CTL_DEL, fd: source.descriptor, events: 0, tag: 0)
+        let number = source.descriptor
+        guard var watch = state.modes[index].descriptors[number], watch.sources.contains(where: { $0 === source })
+        else { return }
+        watch.sources.removeAll { $0 === source }
+        guard watch.sources.isEmpty else {
+            state.modes[index].descriptors[number] = watch
+            applyInterest(number, index, &state)
+            return
         }
+        state.modes[index].descriptors[number] = nil
+        state.modes[index].descriptorNumbers[watch.tag] = nil
+        let epollFD = state.modes[index].epollFD
+        guard epollFD >= 0, !source.numberReused.load(ordering: .relaxed) else { return }
+        // A failure (the number closed already) is fine if the file is closed too: the kernel
+        // dropped the registration. If the file lives on elsewhere, its events come with a tag
+        // the mode no longer knows, and the set is rebuilt then (see doSources1).
+        try? Syscall.epollControl(epollFD, EPOLL_CTL_DEL, fd: number, events: 0, tag: 0)
     }
 
     func removeSource1(_ item: any Source1Item, forMode mode: Mode) {
@@ -219,38 +302,31 @@ extension RunLoop {
 
     private func untie(_ item: any Source1Item, _ registration: inout Source1Registration, _ state: inout LoopState) {
         registration.loop = nil
-        if let source = item.descriptorSource, state.descriptorOwners[source.descriptor] === source {
-            state.descriptorOwners[source.descriptor] = nil
-        }
+        guard let source = item.descriptorSource, var owners = state.descriptorOwners[source.descriptor] else { return }
+        owners.removeAll { $0 === source }
+        state.descriptorOwners[source.descriptor] = owners.isEmpty ? nil : owners
     }
 
     /// Applies a descriptor source's watched events in each of its modes (the value current when
     /// the locks are held, so racing setters end with the last one's value). Any thread; takes
     /// the loop's lock, then the source's.
     func updateInterest(_ source: FileDescriptorSource) {
-        var closed = false
-        state.locked { state in
+        mutatingItems { state in
             source.registration.locked { registration in
                 guard registration.loop === self, !source.numberReused.load(ordering: .relaxed) else { return }
-                let interest = source.watchedEvents.epollInterest
-                registration.modes.forEach { index in
-                    let epollFD = state.modes[index].epollFD
-                    guard epollFD >= 0 else { return }
-                    do throws(Errno) {
-                        try Syscall.epollControl(
-                            epollFD, EPOLL_CTL_MOD, fd: source.descriptor, events: interest, tag: source.id)
-                    } catch Errno.badFileDescriptor {
-                        closed = true
-                    } catch {
-                        // ENOENT: the kernel dropped a closed descriptor's registration.
-                        closed = true
-                    }
-                }
+                registration.modes.forEach { index in applyInterest(source.descriptor, index, &state) }
             }
         }
-        if closed {
-            source.markClosed(reused: false)
-            source1NeedsAttention()
+    }
+
+    /// A descriptor source found its number closed or reused while its mode's epoll set still
+    /// reported it: the registration outlives the number, so every set holding the number is
+    /// rebuilt before the loop sleeps again. Loop thread.
+    func descriptorFoundClosed(_ source: FileDescriptorSource) {
+        mutatingItems { state in
+            for index in state.modes.indices where state.modes[index].descriptors[source.descriptor] != nil {
+                state.modes[index].epollSetStale = true
+            }
         }
     }
 

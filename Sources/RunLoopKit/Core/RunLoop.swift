@@ -204,7 +204,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                     sources1.append(item)
                 }
                 state.modes[index].sources1.removeAll()
-                state.modes[index].descriptorTags.removeAll()
+                state.modes[index].descriptors.removeAll()
+                state.modes[index].descriptorNumbers.removeAll()
                 if state.modes[index].epollFD >= 0 {
                     Syscall.close(state.modes[index].epollFD)
                     state.modes[index].epollFD = -1
@@ -293,14 +294,15 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             // Registered first, under the source's lock, which invalidate() takes after clearing
             // `valid`: either it sees this registration (and removes the source, after this
             // lock is released), or this sees `valid == false` and adds nothing.
-            let accepted = source.registrations.locked { places -> Bool in
-                guard source.isValid else { return false }
+            let (accepted, fresh) = source.registrations.locked { places -> (Bool, Bool) in
+                guard source.isValid else { return (false, false) }
+                let fresh = !places.contains { $0.loop === self }
                 if !places.contains(where: { $0.loop === self && $0.mode == mode }) {
                     places.append(ItemRegistration(loop: LoopRef(self), mode: mode))
                 }
-                return true
+                return (true, fresh)
             }
-            return accepted ? state.add(source, for: mode) : []
+            return accepted ? state.add(source, for: mode, fresh: fresh) : []
         }
         if dead { warnAddedAfterExit(source) }
         for joinedMode in joined { source.scheduleCallout?(self, joinedMode) }
@@ -335,15 +337,16 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         guard observer.isValid else { return }
         let alive = mutatingItems { state -> Bool in
             guard !state.tornDown else { return false }
-            let accepted = observer.registrations.locked { places -> Bool in
-                guard observer.isValid else { return false }
-                if places.contains(where: { $0.loop !== self }) { return false }
+            let (accepted, fresh) = observer.registrations.locked { places -> (Bool, Bool) in
+                guard observer.isValid else { return (false, false) }
+                if places.contains(where: { $0.loop !== self }) { return (false, false) }
+                let fresh = places.isEmpty
                 if !places.contains(where: { $0.mode == mode }) {
                     places.append(ItemRegistration(loop: LoopRef(self), mode: mode))
                 }
-                return true
+                return (true, fresh)
             }
-            if accepted { _ = state.add(observer, for: mode) }
+            if accepted { state.add(observer, for: mode, fresh: fresh) }
             return true
         }
         // Logged with no lock held: a log handler is user code.
