@@ -24,6 +24,10 @@ final class RLKDiffTimer: DiffTimer, @unchecked Sendable {
     func invalidate() { timer.invalidate() }
     var isValid: Bool { timer.isValid }
     func setFireDate(_ t: Double) { timer.fireDate = epoch + .seconds(t) }
+    var fireDate: Double {
+        let d = epoch.duration(to: timer.fireDate)
+        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+    }
 }
 
 final class RLKDiffObserver: DiffObserver, @unchecked Sendable {
@@ -132,6 +136,16 @@ final class RLKLoopDriver: LoopDriver {
     }
     func remove(_ o: any DiffObserver, _ mode: String) {
         loop.remove((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
+    }
+
+    func contains(_ s: any DiffSource, _ mode: String) -> Bool {
+        loop.contains((s as! RLKDiffSource).source, inMode: self.mode(mode))
+    }
+    func contains(_ t: any DiffTimer, _ mode: String) -> Bool {
+        loop.contains((t as! RLKDiffTimer).timer, inMode: self.mode(mode))
+    }
+    func contains(_ o: any DiffObserver, _ mode: String) -> Bool {
+        loop.contains((o as! RLKDiffObserver).observer, inMode: self.mode(mode))
     }
 
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {

@@ -109,6 +109,10 @@ protocol DiffTimer: AnyObject, Sendable {
     var isValid: Bool { get }
     /// Seconds since the driver's epoch.
     func setFireDate(_ t: Double)
+    /// The timer's fire date, seconds since the driver's epoch (`CFRunLoopTimerGetNextFireDate`,
+    /// `RunLoopTimer.fireDate`). CF answers its reference date (absolute time 0, so a large
+    /// negative number here) for an invalid timer: see `diffFireDateText`.
+    var fireDate: Double { get }
 }
 protocol DiffObserver: AnyObject, Sendable {
     func invalidate()
@@ -152,6 +156,11 @@ protocol LoopDriver: AnyObject, Sendable {
     ) -> any DiffObserver
     func add(_ o: any DiffObserver, _ mode: String)
     func remove(_ o: any DiffObserver, _ mode: String)
+    /// `CFRunLoopContainsSource/Timer/Observer`, `RunLoop.contains(_:inMode:)`; for the common
+    /// modes: whether the item was added for `.common` (CF: is in `_commonModeItems`).
+    func contains(_ s: any DiffSource, _ mode: String) -> Bool
+    func contains(_ t: any DiffTimer, _ mode: String) -> Bool
+    func contains(_ o: any DiffObserver, _ mode: String) -> Bool
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void)
     func stop()
     func wakeUp()
@@ -249,6 +258,7 @@ final class CFDiffTimer: DiffTimer, @unchecked Sendable {
     func invalidate() { CFRunLoopTimerInvalidate(timer) }
     var isValid: Bool { CFRunLoopTimerIsValid(timer) }
     func setFireDate(_ t: Double) { CFRunLoopTimerSetNextFireDate(timer, epoch + t) }
+    var fireDate: Double { CFRunLoopTimerGetNextFireDate(timer) - epoch }
 }
 
 final class CFDiffObserver: DiffObserver, @unchecked Sendable {
@@ -350,6 +360,15 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
     func remove(_ o: any DiffObserver, _ mode: String) {
         CFRunLoopRemoveObserver(rl, (o as! CFDiffObserver).observer, cfhMode(mode))
     }
+    func contains(_ s: any DiffSource, _ mode: String) -> Bool {
+        CFRunLoopContainsSource(rl, (s as! CFSource0).source, cfhMode(mode))
+    }
+    func contains(_ t: any DiffTimer, _ mode: String) -> Bool {
+        CFRunLoopContainsTimer(rl, (t as! CFDiffTimer).timer, cfhMode(mode))
+    }
+    func contains(_ o: any DiffObserver, _ mode: String) -> Bool {
+        CFRunLoopContainsObserver(rl, (o as! CFDiffObserver).observer, cfhMode(mode))
+    }
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {
         if modes.count == 1 {
             CFRunLoopPerformBlock(rl, cfhMode(modes[0]) as CFTypeRef, block)
@@ -368,6 +387,22 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
     var currentMode: String? { CFRunLoopCopyCurrentMode(rl).map(cfhSwiftString) }
     func addCommonMode(_ mode: String) { CFRunLoopAddCommonMode(rl, cfhMode(mode)) }
     var isWaiting: Bool { CFRunLoopIsWaiting(rl) }
+}
+
+/// A fire date for a trace: rounded to 10 ms, or "reference date" for CF's answer for an
+/// invalid timer (absolute time 0, i.e. decades before any driver's epoch).
+func diffFireDateText(_ seconds: Double?) -> String {
+    guard let seconds else { return "nil" }
+    if seconds < -1e6 { return "reference date" }
+    return String(format: "%.2f", seconds)
+}
+
+/// Busy-waits `microseconds` on the monotonic clock (no sleep): used only to make two steps get
+/// distinct clock readings (CF stamps a Source0's signal with `mach_absolute_time()`, a timer's
+/// clamped fire date with the same clock).
+func diffBusyWait(microseconds: Int) {
+    let end = DispatchTime.now().uptimeNanoseconds + UInt64(microseconds) * 1000
+    while DispatchTime.now().uptimeNanoseconds < end {}
 }
 
 /// Runs a scenario on a fresh thread with a fresh driver; returns its trace.
