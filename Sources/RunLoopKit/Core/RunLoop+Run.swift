@@ -143,7 +143,7 @@ extension RunLoop {
             wait(&context, poll: poll)
             // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
             // (this pass handles what the wait found; the next looks at everything anyway).
-            acceptsWakeUps.store(false, ordering: .sequentiallyConsistent)
+            acceptsWakeUps.store(false, ordering: .relaxed)
             if !poll { doObservers(.afterWaiting, &context) }
 
             doTimers(&context)
@@ -717,7 +717,8 @@ extension RunLoop {
         let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
         let scratch = confined.spareScratch.popLast() ?? RunScratch()
         // A run hears wakeUp() from its start (CoreFoundation's per-run data starts so).
-        let outerAccepts = acceptsWakeUps.exchange(true, ordering: .sequentiallyConsistent)
+        let outerAccepts = acceptsWakeUps.load(ordering: .relaxed)
+        acceptsWakeUps.store(true, ordering: .relaxed)
         return RunContext(
             id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
@@ -725,7 +726,7 @@ extension RunLoop {
     }
 
     private func endRun(_ context: inout RunContext) {
-        acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .sequentiallyConsistent)
+        acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
         state.locked { _ = $0.runningModes.popLast() }
@@ -775,7 +776,7 @@ extension RunLoop {
     /// it queued before waking is seen by this pass.
     @inline(__always)
     private func beginPass() {
-        acceptsWakeUps.store(true, ordering: .sequentiallyConsistent)
+        acceptsWakeUps.store(true, ordering: .relaxed)
         if wakeRequested.load(ordering: .relaxed) && !userWakeUpPending.load(ordering: .relaxed) {
             _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
         }

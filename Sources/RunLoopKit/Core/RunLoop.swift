@@ -49,8 +49,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let sleeping = Atomic<Bool>(false)
     /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
     let wakeRequested = Atomic<Bool>(false)
-    /// Whether ``wakeUp()`` is heard now: CoreFoundation's `ignoreWakeUps`, inverted. False while
-    /// the loop is not running and from the end of each wait to the next pass.
+    /// Whether a ``wakeUp()`` now is kept until a wait consumes it: CoreFoundation's
+    /// `ignoreWakeUps`, inverted. False while the loop is not running and from the end of each
+    /// wait to the next pass. Written by the loop's thread only.
     let acceptsWakeUps = Atomic<Bool>(false)
     /// The pending wakeup includes one asked for with ``wakeUp()`` or ``stop()``, which a new pass
     /// keeps (see `beginPass`); relaxed, ordered by `wakeRequested`.
@@ -618,8 +619,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// a sleep until the next pass begins (the pass handles what woke it, and the next pass looks
     /// at every source anyway).
     public func wakeUp() {
-        guard acceptsWakeUps.load(ordering: .sequentiallyConsistent) else { return }
-        userWakeUpPending.store(true, ordering: .relaxed)
+        // The flag only sorts wakeups into kept and ignored (a new pass drops ignored ones, see
+        // beginPass); the request itself is always made, so a stale read here can cost an extra
+        // pass, never a lost wakeup.
+        if acceptsWakeUps.load(ordering: .relaxed) { userWakeUpPending.store(true, ordering: .relaxed) }
         requestWakeUp()
     }
 
