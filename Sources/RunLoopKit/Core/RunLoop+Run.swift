@@ -555,7 +555,7 @@ extension RunLoop {
             return
         }
         sleeping.store(true, ordering: .sequentiallyConsistent)
-        if consumeWakeUp() {
+        if consumeWakeUp() || handedOverWorkPending(context) {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             confined.recentCrossThreadWakeUp = true
             if descriptors { pollKernel(&context, waiter) }
@@ -617,7 +617,7 @@ extension RunLoop {
         sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
         sleeping.store(true, ordering: .sequentiallyConsistent)
         defer { sleeping.store(false, ordering: .sequentiallyConsistent) }
-        if consumeWakeUp() { return }
+        if consumeWakeUp() || handedOverWorkPending(context) { return }
         let deadline = state.locked { state in
             min(state.modes[context.modeIndex].timers.coalescedDeadline(), context.deadline)
         }
@@ -726,6 +726,9 @@ extension RunLoop {
     }
 
     private func endRun(_ context: inout RunContext) {
+        // wakeUp() calls this run ignored must not end the enclosing run's sleep (CoreFoundation
+        // never sends them); what other requests were for, the enclosing wait looks at itself.
+        dropIgnoredWakeUp()
         acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
@@ -777,9 +780,24 @@ extension RunLoop {
     @inline(__always)
     private func beginPass() {
         acceptsWakeUps.store(true, ordering: .relaxed)
+        dropIgnoredWakeUp()
+    }
+
+    /// Drops a pending wakeup unless ``wakeUp()`` or ``stop()`` asked for it while it was heard.
+    @inline(__always)
+    private func dropIgnoredWakeUp() {
         if wakeRequested.load(ordering: .relaxed) && !userWakeUpPending.load(ordering: .relaxed) {
             _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
         }
+    }
+
+    /// Work another thread handed over with a wakeup request that a nested run dropped: blocks,
+    /// a version-1 source's attention, a stop of this run. Checked once the loop has announced its
+    /// sleep, so a request made after that wakes it the usual way.
+    @inline(__always)
+    private func handedOverWorkPending(_ context: RunContext) -> Bool {
+        inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
+            || stopRequest.load(ordering: .sequentiallyConsistent) == context.id
     }
 
     /// Takes a pending wakeup: the wait it ends has consumed it (CoreFoundation's wait drains the
