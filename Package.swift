@@ -40,6 +40,18 @@ let package = Package(
             dependencies: ["RunLoopKit", "CRunLoopKit"],
             path: "Tests/MainQueueProbe"
         ),
+        // Test-only: hostile scenarios that must run in a process of their own (descriptor
+        // exhaustion, fork, thread-exit teardown that may hang or trap; see
+        // Tests/HostileProbe/main.swift); the Hostile suites launch it.
+        .executableTarget(
+            name: "HostileProbe",
+            dependencies: [
+                "RunLoopKit",
+                "CRunLoopKit",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            path: "Tests/HostileProbe"
+        ),
         // Test-only: counts a thread's heap allocations (see Tests/CAllocationCounter).
         .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
         .testTarget(
