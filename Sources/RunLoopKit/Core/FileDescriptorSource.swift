@@ -241,29 +241,22 @@ extension FileDescriptorSource: Source1Item {
 /// Asks epoll whether it can watch a descriptor, with a trial registration in a set kept for
 /// that, so a source is refused when it is made rather than failing later in a loop.
 enum EpollProbe {
-    /// The probe set; -1 until it could be made (retried at each check).
-    private static let set = Mutex<Int32>(-1)
-
     /// Throws `Errno.notPermitted` if epoll refuses `descriptor` (it does for files with no
-    /// readiness to report: /dev/null, /dev/zero, regular files). Without a probe set (out of
-    /// descriptors) it cannot tell and lets the descriptor through.
+    /// readiness to report: /dev/null, /dev/zero, regular files). Out of descriptors for the
+    /// trial set, it cannot tell and lets the descriptor through (see <doc:FailureModes>).
+    ///
+    /// A set per check, closed at once: a set kept for the process would be a descriptor the
+    /// caller never opened, and shared with any child after fork().
     static func check(_ descriptor: Int32) throws(Errno) {
-        let refused: Errno? = set.locked { set -> Errno? in
-            if set < 0 { set = (try? Syscall.epollCreate()) ?? -1 }
-            guard set >= 0 else { return nil }
-            do throws(Errno) {
-                try Syscall.epollControl(set, EPOLL_CTL_ADD, fd: descriptor, events: 0, tag: 0)
-            } catch Errno.notPermitted {
-                return .notPermitted
-            } catch {
-                // EEXIST (a forked parent or child probing the same file now) means watchable;
-                // EBADF was ruled out by fstat; anything else: let the loop decide.
-                return nil
-            }
-            try? Syscall.epollControl(set, EPOLL_CTL_DEL, fd: descriptor, events: 0, tag: 0)
-            return nil
+        guard let set = try? Syscall.epollCreate() else { return }
+        defer { Syscall.close(set) }
+        do throws(Errno) {
+            try Syscall.epollControl(set, EPOLL_CTL_ADD, fd: descriptor, events: 0, tag: 0)
+        } catch Errno.notPermitted {
+            throw .notPermitted
+        } catch {
+            // EBADF was ruled out by fstat; anything else: the loop decides when it watches it.
         }
-        if let refused { throw refused }
     }
 }
 

@@ -98,6 +98,11 @@ struct LoopState: Sendable {
     /// `RunLoop.withState`), because releasing the last reference to a timer runs its handler's
     /// captures' deinits, which may call back into the loop.
     var graveyard = ContiguousArray<TimerEntry>()
+    /// A change under the lock found a version-1 source with something to deliver (a descriptor
+    /// found closed) or a mode whose sleep must change (a new epoll set): the loop is told once
+    /// the change is published and the lock let go (see `RunLoop.mutatingItems`), so it cannot
+    /// wake and go back to sleep on the old item lists.
+    var attentionAfterChange = false
 
     init() {
         // The default mode is always index 0 (index(of:) relies on it).

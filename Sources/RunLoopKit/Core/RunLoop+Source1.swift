@@ -84,15 +84,13 @@ extension RunLoop {
         _ item: any Source1Item, _ registration: inout Source1Registration, _ index: Int, _ state: inout LoopState
     ) {
         guard registration.modes.insert(index) else { return }
-        let position =
-            state.modes[index].sources1.firstIndex { $0.order > item.order } ?? state.modes[index].sources1.endIndex
-        state.modes[index].sources1.insert(item, at: position)
+        state.modes[index].sources1.insert(item, at: Self.slot(of: item, in: state.modes[index].sources1))
         guard let source = item.descriptorSource else { return }
         // The number may have been closed and reused since the source was made: then it names
         // someone else's descriptor, which this source must never watch.
         guard source.stillNamesItsDescriptor() else {
             source.markClosed(reused: true)
-            source1NeedsAttention()
+            state.attentionAfterChange = true
             return
         }
         let number = source.descriptor
@@ -103,7 +101,7 @@ extension RunLoop {
         if !reused.isEmpty {
             for earlier in reused { forget(earlier, number: number, &state) }
             owners.removeAll { earlier in reused.contains { $0 === earlier } }
-            source1NeedsAttention()  // no lock taken: a flag and, at most, an eventfd write
+            state.attentionAfterChange = true
         }
         if !owners.contains(where: { $0 === source }) { owners.append(source) }
         state.descriptorOwners[number] = owners
@@ -117,9 +115,30 @@ extension RunLoop {
         state.modes[index].descriptors[number] = WatchedDescriptor(tag: tag, sources: [source], interest: 0)
         state.modes[index].descriptorNumbers[tag] = number
         let hadSet = state.modes[index].epollFD >= 0
+        if !hadSet && state.runningModes.contains(index) {
+            // The loop sleeps in its base set (or cannot make this one): woken, it sleeps in the
+            // mode's new set, or retries making it.
+            state.attentionAfterChange = true
+        }
         guard let epollFD = modeEpoll(index, &state) else { return }
         // A new set registered every descriptor of the mode, this one included.
         if hadSet { register(number, index, in: epollFD, &state) }
+    }
+
+    /// Where `item` is or goes in a mode's version-1 sources, kept sorted by (order, id): the order
+    /// they are handled in. A binary search, so that adding or removing one of n sources does not
+    /// walk the others (invalidating 10,000 sources one by one stays linear in all).
+    ///
+    /// - Complexity: O(log n).
+    static func slot(of item: any Source1Item, in list: ContiguousArray<any Source1Item>) -> Int {
+        let key = (item.order, item.id)
+        var low = 0
+        var high = list.count
+        while low < high {
+            let middle = (low + high) / 2
+            if (list[middle].order, list[middle].id) < key { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 
     /// Takes a source whose number was reused out of every mode's registrations and tells it
@@ -147,7 +166,7 @@ extension RunLoop {
         // Checked again: the set may be made (or rebuilt) long after the sources joined.
         guard watch.sources.first?.stillNamesItsDescriptor() ?? false else {
             for source in watch.sources { source.markClosed(reused: true) }
-            source1NeedsAttention()
+            state.attentionAfterChange = true
             return
         }
         watch.interest = watch.wantedInterest
@@ -161,7 +180,7 @@ extension RunLoop {
             // EBADF: closed before it could be watched (EPERM, a file epoll cannot watch, is refused
             // when the source is made); the loop tells the handlers.
             for source in watch.sources { source.markClosed(reused: false) }
-            source1NeedsAttention()
+            state.attentionAfterChange = true
         }
     }
 
@@ -181,7 +200,7 @@ extension RunLoop {
             // EBADF, ENOENT: the descriptor was closed behind the sources' backs.
             for source in watch.sources { source.markClosed(reused: false) }
             state.modes[index].epollSetStale = true
-            source1NeedsAttention()
+            state.attentionAfterChange = true
         }
     }
 
@@ -234,7 +253,10 @@ extension RunLoop {
         _ item: any Source1Item, _ registration: inout Source1Registration, _ index: Int, _ state: inout LoopState
     ) {
         guard registration.modes.remove(index) else { return }
-        state.modes[index].sources1.removeAll { $0 === item }
+        let slot = Self.slot(of: item, in: state.modes[index].sources1)
+        if slot < state.modes[index].sources1.count, state.modes[index].sources1[slot] === item {
+            state.modes[index].sources1.remove(at: slot)
+        }
         guard let source = item.descriptorSource else { return }
         let number = source.descriptor
         guard var watch = state.modes[index].descriptors[number], watch.sources.contains(where: { $0 === source })

@@ -580,13 +580,18 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     @discardableResult
     func mutatingItems<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
-        withState { state in
+        var attention = false
+        let result = withState { state in
             let result = body(&state)
             // Every writer holds the lock, so a load and a store (no locked read-modify-write) lose
             // no update.
             itemsVersion.store(itemsVersion.load(ordering: .relaxed) &+ 1, ordering: .releasing)
+            attention = state.attentionAfterChange
+            state.attentionAfterChange = false
             return result
         }
+        if attention { source1NeedsAttention() }
+        return result
     }
 
     /// Runs `body` under the lock, then releases the timer entries it dropped (see

@@ -205,7 +205,11 @@ struct TimerHeap {
     /// - Complexity: O(n) when it shrinks.
     private mutating func shrinkIfOversized() {
         guard entries.capacity > 1024, entries.count < entries.capacity / 4 else { return }
-        entries = ContiguousArray(entries)
+        // A new buffer: initializing a ContiguousArray from one would share its storage.
+        var smaller = ContiguousArray<TimerEntry>()
+        smaller.reserveCapacity(entries.count)
+        smaller.append(contentsOf: entries)
+        entries = smaller
     }
 
     /// Drops every entry; their retains go to `graveyard`.
