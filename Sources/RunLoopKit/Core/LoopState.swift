@@ -103,6 +103,8 @@ struct LoopState: Sendable {
     /// the change is published and the lock let go (see `RunLoop.mutatingItems`), so it cannot
     /// wake and go back to sleep on the old item lists.
     var attentionAfterChange = false
+    /// Errors found under the lock, logged once it is let go (a log handler is user code).
+    var deferredErrors: [String] = []
 
     init() {
         // The default mode is always index 0 (index(of:) relies on it).

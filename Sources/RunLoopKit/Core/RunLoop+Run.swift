@@ -562,7 +562,7 @@ extension RunLoop {
             return
         }
         let spinWindow = timerSpinNs.load(ordering: .relaxed)
-        let plan = state.locked { state -> SleepPlan in
+        let plan = withState { state -> SleepPlan in
             let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
             var deadline = min(timerDeadline, context.deadline)
             let now = LoopClock.now()

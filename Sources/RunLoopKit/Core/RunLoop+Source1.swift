@@ -240,7 +240,7 @@ extension RunLoop {
         } catch {
             if !state.modes[index].epollSetFailed {
                 state.modes[index].epollSetFailed = true
-                Diagnostics.error(
+                state.deferredErrors.append(
                     "could not make an epoll set for mode \(state.modes[index].name) of \(shortDescription): \(error); its descriptor sources are watched once it can be made (retried while the loop runs in the mode)"
                 )
             }

@@ -525,7 +525,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
             state.armedDeadline = deadline
         } catch {
-            Diagnostics.error("timerfd_settime on \(shortDescription) failed: \(error)")
+            state.deferredErrors.append("timerfd_settime on \(shortDescription) failed: \(error)")
         }
     }
 
@@ -600,12 +600,15 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     @inline(__always)
     func withState<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
         var dropped = ContiguousArray<TimerEntry>()
+        var errors: [String] = []
         let result = state.locked { state in
             let result = body(&state)
             if !state.graveyard.isEmpty { swap(&dropped, &state.graveyard) }
+            if !state.deferredErrors.isEmpty { swap(&errors, &state.deferredErrors) }
             return result
         }
         for entry in dropped { entry.release() }
+        for message in errors { Diagnostics.error(message) }
         return result
     }
 
