@@ -15,8 +15,15 @@ import Testing
 // are dropped while the traces still differ), and the test fails with the minimized script as
 // pseudo-code and both traces, the first difference marked.
 //
+// Before the fixes of the K..N divergences (FuzzFoundDiffTests.swift), seeds 0..<6000 found,
+// minimized: K (a Source0 signalled by an earlier perform of the same pass), O (add(_, .common)
+// after leaving one common mode), P (remove(timer, _) in a timer handler), L (nextTimerFireDate
+// in a timer callout), B (equal-order Source0s), N (a collected due timer moved by an earlier
+// handler), and two causes in no list, now left out by the generator (Support/DiffFuzz.swift,
+// Q and R). The default seeds must pass once those are fixed.
+//
 // Running it:
-//   swift test --filter DiffFuzzTests                  the default seeds, 0..<300
+//   swift test --filter DiffFuzzTests                  the default seeds, 0..<500
 //   RLK_FUZZ_SEEDS=1000-5000 swift test --filter DiffFuzzTests
 //                                                      seeds 1000 ..< 5000 (or one seed: =1234)
 //   RLK_FUZZ_MAX_FAILURES=50                           report up to 50 mismatches (default 3), each
@@ -24,12 +31,13 @@ import Testing
 //   RLK_FUZZ_PRINT=1                                   print every script and its CF trace
 //   RLK_FUZZ_NEW_CAUSES=1                              also generate the patterns of divergences found
 //                                                      but not decided yet (Support/DiffFuzz.swift: Q, R)
-//   RLK_FUZZ_SELF_CHECK=1                              compare CF with CF (checks that the generator
-//                                                      makes only scripts CF runs deterministically)
+//   RLK_FUZZ_SELF_CHECK=cf (or rlk)                    compare CF with CF (RunLoopKit with RunLoopKit):
+//                                                      checks that the generator makes only scripts
+//                                                      the implementation runs deterministically
 
 @Suite("Differential fuzz: random scripts on CFRunLoop and RunLoopKit", .serialized)
 struct DiffFuzzTests {
-    static let defaultSeeds: Range<UInt64> = 0..<300
+    static let defaultSeeds: Range<UInt64> = 0..<500
 
     static func seeds() -> Range<UInt64> {
         guard let spec = ProcessInfo.processInfo.environment["RLK_FUZZ_SEEDS"], !spec.isEmpty else {
@@ -42,11 +50,14 @@ struct DiffFuzzTests {
         return 0..<0
     }
 
-    static let selfCheck = ProcessInfo.processInfo.environment["RLK_FUZZ_SELF_CHECK"] == "1"
+    static let selfCheck = ProcessInfo.processInfo.environment["RLK_FUZZ_SELF_CHECK"] ?? ""
 
     static func outcome(_ script: FuzzScript) -> FuzzOutcome {
-        if selfCheck { return DiffFuzz.outcome(script, cf: { CFLoopDriver() }, rlk: { CFLoopDriver() }) }
-        return DiffFuzz.outcome(script, cf: { CFLoopDriver() }, rlk: { RLKLoopDriver() })
+        switch selfCheck {
+        case "cf": DiffFuzz.outcome(script, cf: { CFLoopDriver() }, rlk: { CFLoopDriver() })
+        case "rlk": DiffFuzz.outcome(script, cf: { RLKLoopDriver() }, rlk: { RLKLoopDriver() })
+        default: DiffFuzz.outcome(script, cf: { CFLoopDriver() }, rlk: { RLKLoopDriver() })
+        }
     }
 
     /// Whether the traces still differ on `runs` more runs.
@@ -82,7 +93,7 @@ struct DiffFuzzTests {
                 minimized = script
                 final = first
             }
-            let key = minimized.removingSeed.pseudoCode
+            let key = minimized.canonicalKey
             guard reported.insert(key).inserted else {
                 print("DiffFuzz: seed \(seed) minimizes to a script already reported")
                 continue
@@ -94,18 +105,50 @@ struct DiffFuzzTests {
             if failures >= maxFailures { break }
         }
         let elapsed = start.duration(to: clock.now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
         print(
             "DiffFuzz: seeds \(seeds.lowerBound)..<\(seeds.upperBound), \(failures) mismatch(es) reported, "
-                + "\(noise) not reproduced, in \(elapsed.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1))))"
-        )
+                + "\(noise) not reproduced, in \(String(format: "%.2f", seconds)) s")
     }
 }
 
 extension FuzzScript {
-    /// The script with seed 0, so that two seeds minimizing to the same operations compare equal.
-    var removingSeed: FuzzScript {
-        var s = self
-        s.seed = 0
-        return s
+    /// The pseudo-code without the seed, items renamed in order of appearance (per kind) and the
+    /// two non-default modes likewise: two seeds minimizing to the same shape give the same key.
+    var canonicalKey: String {
+        var names: [String: String] = [:]
+        var counts: [Character: Int] = [:]
+        var out = ""
+        var token = ""
+        func flush() {
+            guard !token.isEmpty else { return }
+            if let first = token.first, "STO".contains(first), token.count > 1, token.dropFirst().allSatisfy(\.isNumber)
+            {
+                if names[token] == nil {
+                    names[token] = "\(first)\(counts[first, default: 0])"
+                    counts[first, default: 0] += 1
+                }
+                out += names[token]!
+            } else if token == "tracking" || token == "my" {
+                if names[token] == nil {
+                    names[token] = "mode\(counts["m", default: 0])"
+                    counts["m", default: 0] += 1
+                }
+                out += names[token]!
+            } else {
+                out += token
+            }
+            token = ""
+        }
+        for ch in pseudoCode.split(separator: "\n").dropFirst().joined(separator: "\n") {
+            if ch.isLetter || ch.isNumber {
+                token.append(ch)
+            } else {
+                flush()
+                out.append(ch)
+            }
+        }
+        flush()
+        return out
     }
 }

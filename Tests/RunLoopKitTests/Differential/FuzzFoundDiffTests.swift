@@ -192,7 +192,8 @@ struct FuzzFoundDiffTests {
             cf == [
                 "fresh: [\"kCFRunLoopDefaultMode\"]",
                 "after perform(.common): [\"kCFRunLoopCommonModes\", \"kCFRunLoopDefaultMode\"]",
-                "after perform([tracking, .common]): [\"UITrackingRunLoopMode\", \"kCFRunLoopCommonModes\", \"kCFRunLoopDefaultMode\"]",
+                "after perform([tracking, .common]): "
+                    + "[\"UITrackingRunLoopMode\", \"kCFRunLoopCommonModes\", \"kCFRunLoopDefaultMode\"]",
             ])
         #expect(
             rlk == [

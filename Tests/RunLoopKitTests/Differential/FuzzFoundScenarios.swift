@@ -51,9 +51,13 @@ enum FuzzFoundScenarios {
         let tm = d.makeTimer(fireAt: 3600) { _ in }
         d.add(tm, DMode.common)
         d.remove(tm, DMode.tracking)
-        t("after remove: tracking \(d.contains(tm, DMode.tracking)) next \(diffFireDateText(d.nextTimerFireDate(DMode.tracking)))")
+        func show(_ label: String) {
+            let next = diffFireDateText(d.nextTimerFireDate(DMode.tracking))
+            t("\(label): tracking \(d.contains(tm, DMode.tracking)) next \(next)")
+        }
+        show("after remove")
         d.add(tm, DMode.common)
-        t("after re-add: tracking \(d.contains(tm, DMode.tracking)) next \(diffFireDateText(d.nextTimerFireDate(DMode.tracking)))")
+        show("after re-add")
         t("run tracking: " + d.run(DMode.tracking, 0))
     }
 

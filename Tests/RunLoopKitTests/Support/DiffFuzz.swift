@@ -266,7 +266,9 @@ struct FuzzGenerator {
         let nObservers = rng.below(3)
         var orders = [-1, 0, 1, 2, 3]
         orders.shuffle(using: &rng)
-        let acts: [UInt] = [DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit]
+        let acts: [UInt] = [
+            DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit,
+        ]
         for i in 0..<nObservers {
             var mask: UInt = 0
             if rng.below(3) == 0 {
@@ -278,7 +280,8 @@ struct FuzzGenerator {
             let candidates = acts.filter { mask & $0 != 0 }
             let trigger = candidates[rng.below(candidates.count)]
             script.observers.append(
-                FuzzObserverDecl(activities: mask, order: orders[i], repeats: rng.below(5) != 0, trigger: trigger, body: []))
+                FuzzObserverDecl(
+                    activities: mask, order: orders[i], repeats: rng.below(5) != 0, trigger: trigger, body: []))
         }
         // Bodies.
         for i in script.sources.indices where rng.below(3) != 0 {
@@ -667,7 +670,9 @@ extension FuzzScript {
         let used = referencedItems
         func actNames(_ mask: UInt) -> String {
             if mask == DAct.all { return "all" }
-            let acts: [UInt] = [DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit]
+            let acts: [UInt] = [
+                DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit,
+            ]
             return acts.filter { mask & $0 != 0 }.map(DAct.name).joined(separator: "|")
         }
         func body(_ nodes: [FuzzNode], _ indent: String) {
@@ -679,14 +684,16 @@ extension FuzzScript {
             case .remove(let i, let m): out.append("\(indent)remove(\(i.name), \(m.short))")
             case .invalidate(let i): out.append("\(indent)\(i.name).invalidate()")
             case .signal(let s): out.append("\(indent)S\(s).signal()")
-            case .setFireDate(let t, let due): out.append("\(indent)T\(t).fireDate = \(due ? "<a new due date (past)>" : "<a new far date>")")
+            case .setFireDate(let t, let due):
+                out.append("\(indent)T\(t).fireDate = \(due ? "<a new due date (past)>" : "<a new far date>")")
             case .addCommonMode(let m): out.append("\(indent)addCommonMode(\(m.short))")
             case .perform(let modes, let b):
                 out.append("\(indent)perform([\(modes.map(\.short).joined(separator: ", "))]) {")
                 body(b, indent + "    ")
                 out.append("\(indent)}")
             case .run(let m, let sleeps, let rash):
-                out.append("\(indent)run(\(m.short), timeout: \(sleeps ? "\(FuzzScript.sleepTimeout)" : "0")\(rash ? ", returnAfterSourceHandled" : ""))")
+                let timeout = sleeps ? "\(FuzzScript.sleepTimeout)" : "0"
+                out.append("\(indent)run(\(m.short), timeout: \(timeout)\(rash ? ", returnAfterSourceHandled" : ""))")
             case .stop: out.append("\(indent)stop()")
             case .wakeUp: out.append("\(indent)wakeUp()")
             case .query(let q):
@@ -796,7 +803,8 @@ enum DiffFuzz {
 
     /// A report: the pseudo-code and both traces, numbered, the first difference marked.
     static func report(_ script: FuzzScript, _ outcome: FuzzOutcome, original: Int) -> String {
-        let firstDiff = zip(outcome.cf, outcome.rlk).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+        let firstDiff =
+            zip(outcome.cf, outcome.rlk).enumerated().first { $0.element.0 != $0.element.1 }?.offset
             ?? min(outcome.cf.count, outcome.rlk.count)
         func numbered(_ lines: [String]) -> String {
             lines.enumerated().map { i, l in
