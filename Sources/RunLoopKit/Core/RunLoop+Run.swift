@@ -295,6 +295,27 @@ extension RunLoop {
     private func doTimers(_ context: inout RunContext) {
         refreshItems(&context)
         guard context.items.timerCount > 0 else { return }
+        // The batch of a pass further out that is calling a timer handler now (this run is
+        // nested in it), set aside while this batch runs.
+        var outer = TimerBatch()
+        swap(&outer, &confined.firingBatch)
+        defer { swap(&outer, &confined.firingBatch) }
+        if outer.modeIndex == context.modeIndex && outer.next < outer.entries.count {
+            // That pass collected timers of this mode it has not fired yet. In CoreFoundation they
+            // stay in the mode, so this run fires those that are due: they go back to the heap
+            // (their retains with them), and the outer pass ends its batch there.
+            state.locked { state in
+                for index in outer.next..<outer.entries.count {
+                    state.modes[context.modeIndex].timers.insert(outer.entries[index])
+                }
+            }
+            outer.entries.removeLast(outer.entries.count - outer.next)
+        }
+        fireDueTimers(&context)
+    }
+
+    /// The body of ``doTimers(_:)``: collects the due timers, then fires them one by one.
+    private func fireDueTimers(_ context: inout RunContext) {
         let now = LoopClock.now()
         let modeIndex = context.modeIndex
         state.locked { state in
@@ -304,8 +325,7 @@ extension RunLoop {
         }
         guard !context.scratch.dueTimers.isEmpty else { return }
         keepLiveEntries(&context.scratch.dueTimers)
-        let due = context.scratch.dueTimers.count
-        guard due > 0 else { return }
+        guard !context.scratch.dueTimers.isEmpty else { return }
         let first = context.scratch.dueTimers[0].fireNs
         let outerFiring = state.locked { state in
             defer { state.modes[modeIndex].firingFireNs = first }
@@ -314,7 +334,9 @@ extension RunLoop {
         // A big batch of timers does not fit in the caches: each is brought in this far ahead.
         let lookahead = 8
         var index = 0
-        while index < due {
+        // Re-read each time: a run nested in a handler may take the rest of the batch (doTimers).
+        while index < context.scratch.dueTimers.count {
+            let due = context.scratch.dueTimers.count
             let entry = context.scratch.dueTimers[index]
             if index + lookahead < due { context.scratch.dueTimers[index + lookahead].prefetchTimer() }
             index += 1
@@ -323,7 +345,13 @@ extension RunLoop {
             unowned(unsafe) let timer = entry.timer
             switch prepareToFire(timer, entry) {
             case .fire(let handler, let firedAt):
+                // The rest of the batch is where a nested run can find it while the handler runs.
+                confined.firingBatch.modeIndex = modeIndex
+                confined.firingBatch.next = index
+                swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
                 handler(timer)
+                swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
+                confined.firingBatch.modeIndex = -1
                 timer.endFiring()
                 if timer.intervalNs == 0 {
                     retireOneShot(timer, modeIndex: modeIndex, following: following)
@@ -892,6 +920,14 @@ struct RunScratch {
     var readySources1 = ContiguousArray<(item: any Source1Item, events: UInt32)>()
 }
 
+/// A pass's collected due timers while one of their handlers runs: entries from `next` on are
+/// not fired yet (see `doTimers`).
+struct TimerBatch {
+    var modeIndex = -1
+    var entries = ContiguousArray<TimerEntry>()
+    var next = 0
+}
+
 /// State only the loop's own thread reads or writes.
 ///
 /// `@unchecked Sendable` is safe because every access happens on the loop's thread: the callers
@@ -916,6 +952,8 @@ final class LoopThreadState: @unchecked Sendable {
     /// The loop could not open its kernel descriptors (logged once per such stretch).
     var lackedDescriptors = false
     var spareScratch: [RunScratch] = []
+    /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
+    var firingBatch = TimerBatch()
     let eventCapacity: Int32 = 64
     let events: UnsafeMutablePointer<epoll_event>
 

@@ -220,4 +220,27 @@ struct FuzzFoundDiffTests {
                 "B after firing: valid false, 0.01",
             ])
     }
+
+    /// R (found by the fuzzer beyond the list): a run nested in a timer handler, in the
+    /// same mode, sees the due timers its outer pass collected but has not fired yet, and fires
+    /// them, as CF (whose collected timers stay in the mode) does.
+    @Test func nestedRunFiresTimersTheOuterPassCollected() {
+        expectSameTrace(FuzzFoundScenarios.nestedRunFiresCollectedTimers)
+    }
+
+    /// DEVIATION Q (found by the fuzzer beyond the list): an observer added for the common
+    /// modes that leaves its last mode and is then invalidated stays in CF's set of common items
+    /// (`contains(.common)` answers true, and CF would put it into modes made common later, where
+    /// it could never fire: a leak). RunLoopKit drops an invalidated item everywhere. Kept.
+    @Test func invalidatedItemLeavesTheCommonItems_deviation() {
+        let (cf, rlk) = differentialTraces(FuzzFoundScenarios.invalidatedCommonObserver)
+        #expect(
+            cf == [
+                "O called", "timer fired", "run: timedOut", "O valid: false, in .common: true, in default: false",
+            ])
+        #expect(
+            rlk == [
+                "O called", "timer fired", "run: timedOut", "O valid: false, in .common: false, in default: false",
+            ])
+    }
 }

@@ -467,4 +467,38 @@ enum FuzzFoundScenarios {
         t("run: " + d.run(DMode.default, 1.0))
         t("B after firing: valid \(b.isValid), \(diffFireDateText(b.fireDate))")
     }
+
+    /// Cause R (fuzz seed 1573): a run nested in a timer's handler, in the same mode, fires the
+    /// other due timers the outer pass collected but has not fired yet (in CF they stay in the
+    /// mode); the outer pass then skips them.
+    static let nestedRunFiresCollectedTimers: DiffScenario = { d, t in
+        d.addCommonMode(DMode.my)
+        // Made first: a fire date in the past counts as now, so T0 is due before T1.
+        let t0 = d.makeTimer(fireAt: -1, interval: 1000) { _ in
+            t("T0 fired; nested run")
+            t("nested: " + d.run(DMode.my, 0, rash: true))
+        }
+        diffBusyWait(microseconds: 20)
+        let t1 = d.makeTimer(fireAt: -1) { _ in t("T1 fired") }
+        d.add(t1, DMode.my)
+        d.add(t0, DMode.common)
+        t("run: " + d.run(DMode.my, 0))
+        t("T1 valid: \(t1.isValid)")
+        t0.invalidate()
+    }
+
+    /// Cause Q (fuzz seed 793): an observer that removes itself from its only (common) mode and is
+    /// then invalidated (a one-shot observer after its call). CF keeps it in the loop's set of
+    /// common items, so `contains(.common)` stays true; RunLoopKit answers false.
+    static let invalidatedCommonObserver: DiffScenario = { d, t in
+        let o = d.makeObserver(DAct.beforeTimers, repeats: false) { o, _ in
+            t("O called")
+            d.remove(o, DMode.default)
+        }
+        let timer = d.makeTimer(fireAt: -1) { _ in t("timer fired") }
+        d.add(timer, DMode.common)
+        d.add(o, DMode.common)
+        t("run: " + d.run(DMode.default, 0))
+        t("O valid: \(o.isValid), in .common: \(d.contains(o, DMode.common)), in default: \(d.contains(o, DMode.default))")
+    }
 }
