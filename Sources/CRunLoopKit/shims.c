@@ -118,3 +118,28 @@ int crlk_futex_wait(uint32_t *word, int64_t timeout_ns) {
     }
     return atomic_exchange_explicit(atomic_word, 0, memory_order_seq_cst) != 0;
 }
+
+// MARK: coarse clock bound
+
+static int64_t timespec_ns(clockid_t clock) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+// CLOCK_BOOTTIME - CLOCK_MONOTONIC (the time spent suspended), and when it was last read (coarse
+// monotonic). Racy refreshes are fine: every value stored is a true offset at some moment, and
+// the offset only grows.
+static _Atomic int64_t boot_offset_ns;
+static _Atomic int64_t boot_offset_read_at;
+
+int64_t crlk_boottime_upper_bound_ns(void) {
+    int64_t coarse = timespec_ns(CLOCK_MONOTONIC_COARSE);
+    int64_t read_at = atomic_load_explicit(&boot_offset_read_at, memory_order_relaxed);
+    if (read_at == 0 || coarse - read_at >= 1000000000LL) {
+        int64_t offset = timespec_ns(CLOCK_BOOTTIME) - timespec_ns(CLOCK_MONOTONIC);
+        atomic_store_explicit(&boot_offset_ns, offset, memory_order_relaxed);
+        atomic_store_explicit(&boot_offset_read_at, coarse, memory_order_relaxed);
+    }
+    return coarse + atomic_load_explicit(&boot_offset_ns, memory_order_relaxed) + 100000000LL;
+}

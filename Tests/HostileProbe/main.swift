@@ -407,8 +407,10 @@ enum Scenarios {
             emit("descriptor source failed: \(error)")
         }
         stopped.store(true, ordering: .releasing)
-        loop.stop()
-        loop.wakeUp()
+        // A block, not stop() + wakeUp(): a stop() that lands between two runs of the keep-alive
+        // `while` is dropped (as in CoreFoundation), and a wakeUp() then is ignored; the block runs
+        // inside the next run and ends it.
+        loop.perform { RunLoop.current.stop() }
         emit("loop thread finished: \(thread.join(seconds: 3))")
         close(readEnd)
         close(writeEnd)
@@ -526,8 +528,10 @@ enum Scenarios {
         if wasHandled { emit("handled after ms: \(millisecondsSince(start))") }
         source.invalidate()
         stopped.store(true, ordering: .releasing)
-        loop.stop()
-        loop.wakeUp()
+        // A block, not stop() + wakeUp(): a stop() that lands between two runs of the keep-alive
+        // `while` is dropped (as in CoreFoundation), and a wakeUp() then is ignored; the block runs
+        // inside the next run and ends it.
+        loop.perform { RunLoop.current.stop() }
         emit("loop thread finished: \(thread.join(seconds: 3))")
         close(readEnd)
         close(writeEnd)

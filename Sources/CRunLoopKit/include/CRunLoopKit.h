@@ -25,6 +25,12 @@ int crlk_set_thread_name(const char *name);
 /// Reads CLOCK_BOOTTIME (the clock Swift's ContinuousClock uses on Linux) in nanoseconds.
 int64_t crlk_boottime_ns(void);
 
+/// A bound CLOCK_BOOTTIME (``crlk_boottime_ns``) has not passed yet, for a few nanoseconds instead
+/// of a precise read's twenty-odd: the coarse monotonic clock (updated every scheduler tick) plus
+/// the boot-time offset (re-read at least once a second) plus a margin of 100 ms, far above a
+/// tick's lag. A date above it is certainly in the future.
+int64_t crlk_boottime_upper_bound_ns(void);
+
 /// Arms `fd` (a timerfd on CLOCK_BOOTTIME) to expire once at the absolute time `deadline_ns`,
 /// or disarms it when `deadline_ns` is negative. Returns 0, or -1 with errno set.
 int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);

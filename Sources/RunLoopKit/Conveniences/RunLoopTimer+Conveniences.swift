@@ -134,7 +134,7 @@ extension RunLoopTimer {
         // inside its own handler leaves the outer mark alone.
         let marked = beginFiring()
         handler(self)
-        if marked { endFiring() }
+        if marked { finishFiring() }
         if intervalNs == 0 { invalidate() }
     }
 }

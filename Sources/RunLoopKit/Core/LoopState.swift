@@ -287,9 +287,13 @@ struct LoopState: Sendable {
 
     /// Takes the timer out of every mode it is in and out of the common items, and unties it from
     /// this loop. Its entries must already be stale (its generation bumped).
-    mutating func detach(_ timer: RunLoopTimer, _ state: inout TimerState) {
+    /// Returns whether a mode lost its last timer (which may make it empty).
+    @discardableResult
+    mutating func detach(_ timer: RunLoopTimer, _ state: inout TimerState) -> Bool {
+        var emptied = false
         state.modes.forEach { index in
             modes[index].timerCount -= 1
+            if modes[index].timerCount == 0 { emptied = true }
             modes[index].timers.dropStaleEntries(
                 of: timer, liveCount: modes[index].timerCount, graveyard: &graveyard)
         }
@@ -299,6 +303,7 @@ struct LoopState: Sendable {
             commonTimers.removeAll { $0 === timer }
         }
         state.loop = nil
+        return emptied
     }
 
     // MARK: Common modes

@@ -318,19 +318,30 @@ extension RunLoop {
     private func fireDueTimers(_ context: inout RunContext) {
         let now = LoopClock.now()
         let modeIndex = context.modeIndex
-        state.locked { state in
+        let outerFiring = state.locked { state -> Int64 in
             while let entry = state.modes[modeIndex].timers.popEarliest(dueBy: now) {
                 context.scratch.dueTimers.append(entry)
             }
+            let outer = state.modes[modeIndex].firingFireNs
+            // From now until it is rescheduled, the first timer to fire counts for
+            // nextTimerFireDate (it left the heap).
+            // An index loop: `first(where:)`, unspecialized in debug builds, allocates.
+            var index = 0
+            while index < context.scratch.dueTimers.count {
+                if context.scratch.dueTimers[index].isLive {
+                    state.modes[modeIndex].firingFireNs = context.scratch.dueTimers[index].fireNs
+                    break
+                }
+                index += 1
+            }
+            return outer
         }
         guard !context.scratch.dueTimers.isEmpty else { return }
         keepLiveEntries(&context.scratch.dueTimers)
         guard !context.scratch.dueTimers.isEmpty else { return }
-        let first = context.scratch.dueTimers[0].fireNs
-        let outerFiring = state.locked { state in
-            defer { state.modes[modeIndex].firingFireNs = first }
-            return state.modes[modeIndex].firingFireNs
-        }
+        // Whether the last retire or reschedule put `outerFiring` back (then no lock is needed for
+        // it at the end).
+        var floorRestored = false
         // A big batch of timers does not fit in the caches: each is brought in this far ahead.
         let lookahead = 8
         var index = 0
@@ -358,16 +369,18 @@ extension RunLoop {
                 } else {
                     rescheduleAfterFire(timer, firedAt: firedAt, modeIndex: modeIndex, following: following)
                 }
+                floorRestored = following == outerFiring
             case .firingInOuterRun:
                 // Its entry goes back to the heap (with its retain) for when the outer run is done.
                 state.locked { state in state.modes[modeIndex].timers.insert(entry) }
+                floorRestored = false
                 continue
             case .skip:
-                break
+                floorRestored = false
             }
             entry.release()
         }
-        state.locked { state in state.modes[modeIndex].firingFireNs = outerFiring }
+        if !floorRestored { state.locked { state in state.modes[modeIndex].firingFireNs = outerFiring } }
         context.scratch.dueTimers.removeAll(keepingCapacity: true)
     }
 
@@ -405,33 +418,48 @@ extension RunLoop {
         case skip
     }
 
-    /// Checks, under the timer's lock, that it may fire now, and marks it firing.
+    /// Marks the timer firing if it may fire now. A live entry (the timer unchanged since it was
+    /// scheduled) needs no lock: its mark tells it apart. A timer moved by an earlier handler of
+    /// this batch fires if, under its lock, it is still valid, on this loop and due.
     @inline(__always)
     private func prepareToFire(_ timer: RunLoopTimer, _ entry: TimerEntry) -> FireDecision {
-        timer.state.locked { timerState -> FireDecision in
-            guard timerState.valid, timerState.loop === self, let handler = timerState.handler else { return .skip }
-            let moved = timer.generation != entry.generation
-            // Moved by an earlier handler of this batch: it fires if it is still due.
-            if moved && timerState.fireNs > LoopClock.now() { return .skip }
-            guard timer.beginFiring() else { return moved ? .skip : .firingInOuterRun }
+        let stamp = timer.markFiring()
+        if stamp == entry.generation, let handler = timer.handlerWhileFiring {
+            return .fire(handler, firedAt: entry.fireNs)
+        }
+        if stamp & 1 != 0 {
+            // Already firing, in a run further out; the mark is theirs.
+            return stamp & ~1 == entry.generation ? .firingInOuterRun : .skip
+        }
+        let decision = timer.state.locked { timerState -> FireDecision in
+            guard timerState.valid, timerState.loop === self, timerState.fireNs <= LoopClock.now(),
+                let handler = timer.handlerWhileFiring
+            else { return .skip }
             return .fire(handler, firedAt: timerState.fireNs)
         }
+        if case .skip = decision { timer.finishFiring() }
+        return decision
     }
 
     /// Invalidates a one-shot timer after its handler, as `invalidate()` would, in one locked step
     /// (invalid, new generation, out of every mode), and lets go of its handler.
+    /// The items version is bumped only if a mode lost its last timer: a run's cached timer count
+    /// may stay high otherwise (it only guards a look at the heap), and not re-reading every item
+    /// list after each fired timer saves a lock and a copy per pass.
     private func retireOneShot(_ timer: RunLoopTimer, modeIndex: Int, following: Int64) {
-        let (handler, otherLoop) = mutatingItems { state -> (RunLoopTimer.Handler?, RunLoop?) in
+        let (handler, otherLoop) = withState { state -> (HeldHandler, RunLoop?) in
             state.modes[modeIndex].firingFireNs = following
-            return timer.state.locked { timerState -> (RunLoopTimer.Handler?, RunLoop?) in
-                guard timerState.valid else { return (nil, nil) }
+            let (handler, otherLoop, emptied) = timer.state.locked { timerState -> (HeldHandler, RunLoop?, Bool) in
+                // Invalidated while it fired: its handler is this thread's to let go.
+                guard timerState.valid else { return (timer.takeHandler(), nil, false) }
                 timerState.valid = false
                 timer.bumpGeneration()
-                let handler = timerState.takeHandler()
-                guard timerState.loop === self else { return (handler, timerState.loop?.loop) }
-                state.detach(timer, &timerState)
-                return (handler, nil)
+                let handler = timer.takeHandler()
+                guard timerState.loop === self else { return (handler, timerState.loop?.loop, false) }
+                return (handler, nil, state.detach(timer, &timerState))
             }
+            if emptied { itemsVersion.store(itemsVersion.load(ordering: .relaxed) &+ 1, ordering: .releasing) }
+            return (handler, otherLoop)
         }
         // Added to another loop by its own handler: that loop unschedules it under its lock.
         otherLoop?.detach(timer)
@@ -443,16 +471,23 @@ extension RunLoop {
     /// it. Changes to its tolerance or modes do not count as a new date, and a timer the handler
     /// took out of every mode moves on all the same, as in CoreFoundation.
     private func rescheduleAfterFire(_ timer: RunLoopTimer, firedAt: Int64, modeIndex: Int, following: Int64) {
+        var invalidated = false
         withState { state in
             state.modes[modeIndex].firingFireNs = following
             timer.state.locked { timerState in
-                guard timerState.valid, timerState.fireNs <= firedAt else { return }
+                guard timerState.valid else {
+                    invalidated = true
+                    return
+                }
+                guard timerState.fireNs <= firedAt else { return }
                 // On another loop by now (its handler moved it): that loop's lock guards its date.
                 guard timerState.loop == nil || timerState.loop === self else { return }
                 timerState.fireNs = Self.nextFireNs(after: firedAt, interval: timer.intervalNs, now: LoopClock.now())
                 if timerState.loop === self { _ = state.repush(timer, timerState) }
             }
         }
+        // Invalidated while it fired: its handler is this thread's to let go (with no lock held).
+        if invalidated { timer.finishFiring() }
     }
 
     /// The first point of the schedule `firedAt + k·interval` (k ≥ 1) after `now`; saturates to
@@ -552,10 +587,6 @@ extension RunLoop {
     /// call: timers are checked against the clock, and with no descriptor sources registered
     /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        guard let waiter = waiter ?? (openKernelDescriptors() ? waiter : nil) else {
-            waitWithoutDescriptors(&context, poll: poll)
-            return
-        }
         if context.items.needsEpollSet {
             // Its descriptor sources joined while its epoll set could not be made: try again.
             mutatingItems { state in _ = modeEpoll(context.modeIndex, &state) }
@@ -573,7 +604,11 @@ extension RunLoop {
             || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
         if poll || sources1Pending {
             _ = consumeWakeUp()
-            if descriptors { pollKernel(&context, waiter) }
+            if descriptors, let waiter { pollKernel(&context, waiter) }
+            return
+        }
+        guard let waiter = waiter ?? (openKernelDescriptors() ? waiter : nil) else {
+            waitWithoutDescriptors(&context, poll: poll)
             return
         }
         // After a wakeup from another thread more work usually follows within microseconds:
@@ -832,7 +867,10 @@ extension RunLoop {
     /// wakeup port whether it sleeps or polls).
     @inline(__always)
     private func consumeWakeUp() -> Bool {
-        guard wakeRequested.exchange(false, ordering: .sequentiallyConsistent) else { return false }
+        // A plain load first: a poll with nothing pending (the common case) writes nothing.
+        guard wakeRequested.load(ordering: .sequentiallyConsistent),
+            wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
+        else { return false }
         userWakeUpPending.store(false, ordering: .relaxed)
         return true
     }
@@ -930,19 +968,22 @@ struct TimerBatch {
 
 /// State only the loop's own thread reads or writes.
 ///
+/// Its properties skip Swift's dynamic exclusivity checks (a `begin_access` per use, paid on
+/// every pass and every fired timer): one thread uses them, with no overlapping access.
+///
 /// `@unchecked Sendable` is safe because every access happens on the loop's thread: the callers
 /// are the run entry points (`run(mode:for:…)` and the phases it calls), each of which starts with
 /// `preconditionOnOwnThread`; `tearDown()`, which runs from the thread-local destructor of the
 /// exiting loop thread itself; and `deinit`, when no other reference exists.
 final class LoopThreadState: @unchecked Sendable {
-    var nextRunID: UInt64 = 0
-    var warnedCommonRun = false
+    @exclusivity(unchecked) var nextRunID: UInt64 = 0
+    @exclusivity(unchecked) var warnedCommonRun = false
     /// Blocks taken from the inbox and not yet run (those for other modes wait here, in order).
-    var blocks = Deque<PendingBlock>()
+    @exclusivity(unchecked) var blocks = Deque<PendingBlock>()
     /// An emptied inbox buffer for `drainInbox`'s next exchange, so that draining allocates nothing.
-    var spareInboxBuffer: BlockBuffer?
+    @exclusivity(unchecked) var spareInboxBuffer: BlockBuffer?
     /// The last sleep ended with a wakeup from another thread (or was cut short by one).
-    var recentCrossThreadWakeUp = false
+    @exclusivity(unchecked) var recentCrossThreadWakeUp = false
     /// How long a loop that was just woken by another thread watches for the next wakeup before
     /// sleeping: about the cost of one sleep and wakeup on this kind of machine.
     static let spinNanoseconds: Int64 = 5_000
@@ -950,10 +991,10 @@ final class LoopThreadState: @unchecked Sendable {
     /// again to open them while it sleeps.
     static let descriptorRetryNanoseconds: Int64 = 100_000_000
     /// The loop could not open its kernel descriptors (logged once per such stretch).
-    var lackedDescriptors = false
-    var spareScratch: [RunScratch] = []
+    @exclusivity(unchecked) var lackedDescriptors = false
+    @exclusivity(unchecked) var spareScratch: [RunScratch] = []
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
-    var firingBatch = TimerBatch()
+    @exclusivity(unchecked) var firingBatch = TimerBatch()
     let eventCapacity: Int32 = 64
     let events: UnsafeMutablePointer<epoll_event>
 

@@ -27,9 +27,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// a loop made while the process was out of descriptors retries at each run and each wait,
     /// and until then sleeps on ``futexWord``).
     let waiterSlot = AtomicLazyReference<KernelWaiter>()
+    /// The descriptors opened when the loop was made (the usual case): a `let`, which the hot
+    /// paths read without reference counting.
+    private let initialWaiter: KernelWaiter?
     /// The kernel side; nil while the loop's descriptors cannot be opened.
     @inline(__always)
-    var waiter: KernelWaiter? { waiterSlot.load() }
+    var waiter: KernelWaiter? { initialWaiter ?? waiterSlot.load() }
     /// Where a loop without kernel descriptors sleeps.
     let futex = FutexWord()
     /// The loop sleeps on ``futexWord``, not in epoll: wakers post the futex.
@@ -82,7 +85,15 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         self.isMainLoop = isMainLoop
         crlk_watch_forks()
         self.forkGeneration = crlk_fork_generation()
-        _ = openKernelDescriptors()
+        do {
+            initialWaiter = try KernelWaiter()
+        } catch {
+            initialWaiter = nil
+            confined.lackedDescriptors = true
+            Diagnostics.error(
+                "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
+            )
+        }
     }
 
     /// Opens the loop's epoll set, eventfd and timerfd if it has none yet; returns whether it has
@@ -91,7 +102,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// run and each wait. Loop thread (or the creating thread, at init).
     @discardableResult
     func openKernelDescriptors() -> Bool {
-        if waiter != nil { return true }
+        if initialWaiter != nil || waiterSlot.load() != nil { return true }
         do {
             let opened = waiterSlot.storeIfNil(try KernelWaiter())
             sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
@@ -599,16 +610,24 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// through here.
     @inline(__always)
     func withState<Result: Sendable>(_ body: (inout LoopState) -> Result) -> Result {
-        var dropped = ContiguousArray<TimerEntry>()
-        var errors: [String] = []
+        // Optionals, not empty arrays: this runs for every fired timer, and making an empty array
+        // is not free (reference counting on the shared empty storage).
+        var dropped: ContiguousArray<TimerEntry>? = nil
+        var errors: [String]? = nil
         let result = state.locked { state in
             let result = body(&state)
-            if !state.graveyard.isEmpty { swap(&dropped, &state.graveyard) }
-            if !state.deferredErrors.isEmpty { swap(&errors, &state.deferredErrors) }
+            if !state.graveyard.isEmpty {
+                dropped = state.graveyard
+                state.graveyard = []
+            }
+            if !state.deferredErrors.isEmpty {
+                errors = state.deferredErrors
+                state.deferredErrors = []
+            }
             return result
         }
-        for entry in dropped { entry.release() }
-        for message in errors { Diagnostics.error(message) }
+        if let dropped { for entry in dropped { entry.release() } }
+        if let errors { for message in errors { Diagnostics.error(message) } }
         return result
     }
 

@@ -51,9 +51,11 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(1), one atomic store.
     @inline(__always)
     public func signal() {
-        // The first signal's time counts, as in CoreFoundation (a compare-and-swap from zero).
+        // The first signal's time counts, as in CoreFoundation. A load and a store, not a
+        // compare-and-swap: of two threads signalling at the same moment either may win, and
+        // either time is right.
         guard valid.load(ordering: .relaxed), signalStamp.load(ordering: .relaxed) == 0 else { return }
-        _ = signalStamp.compareExchange(expected: 0, desired: SignalClock.tick(), ordering: .releasing)
+        signalStamp.store(SignalClock.tick(), ordering: .releasing)
     }
 
     /// Whether the source is signalled and waiting to perform.

@@ -35,23 +35,61 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// fired one-shot timer is then a push on a list rather than a coalescing free.
     private let stamp = Atomic<UInt64>(2)
     let state: Mutex<TimerState>
+    /// The handler; nil once the timer is invalid, so nothing it captured outlives the timer's
+    /// usefulness (stale heap entries may keep the timer object itself a while longer).
+    ///
+    /// Outside `state` so that the loop can read it without the lock as it fires the timer.
+    /// `nonisolated(unsafe)` is safe by this protocol: it is written only under `state`'s lock
+    /// (``invalidate()``, or the thread that fired it, after firing), and ``invalidate()`` writes it
+    /// only if its generation bump shows the timer not firing (bit 0 of `stamp` clear; otherwise
+    /// the firing thread lets it go after the handler, see ``finishFiring()``). The loop reads it
+    /// unlocked only right after its `beginFiring` found the stamp equal to a live entry's
+    /// generation with bit 0 clear: no invalidation came before (the generation would differ)
+    /// and none after will write it (bit 0 is set). Other reads take the lock.
+    nonisolated(unsafe) private var storedHandler: Handler?
 
     /// The current generation (bit 0 clear).
     @inline(__always)
     var generation: UInt64 { stamp.load(ordering: .acquiring) & ~1 }
 
-    /// Makes every heap entry of the timer stale. Under `state`'s lock.
+    /// Makes every heap entry of the timer stale. Under `state`'s lock. Returns whether the timer
+    /// was firing at that moment.
     @inline(__always)
-    func bumpGeneration() { stamp.add(2, ordering: .releasing) }
+    @discardableResult
+    func bumpGeneration() -> Bool { stamp.add(2, ordering: .acquiringAndReleasing).oldValue & 1 != 0 }
+
+    /// Marks the handler as running; returns the stamp as it was (the generation, and bit 0 set if
+    /// it was running already).
+    @inline(__always)
+    func markFiring() -> UInt64 { stamp.bitwiseOr(1, ordering: .acquiringAndReleasing).oldValue }
 
     /// Marks the handler as running; `false` if it already was (it fires in an outer run).
-    /// Loop thread only.
     @inline(__always)
-    func beginFiring() -> Bool { stamp.bitwiseOr(1, ordering: .acquiring).oldValue & 1 == 0 }
+    func beginFiring() -> Bool { markFiring() & 1 == 0 }
 
-    /// Clears the running mark. Loop thread only.
+    /// Clears the running mark.
     @inline(__always)
     func endFiring() { stamp.bitwiseAnd(~1, ordering: .releasing) }
+
+    /// The handler, read by the loop without the lock (see `storedHandler`): only right after
+    /// ``markFiring()`` returned a live entry's generation.
+    @inline(__always)
+    var handlerWhileFiring: Handler? { storedHandler }
+
+    /// Takes the handler out, for the caller to release with no lock held. Under `state`'s lock,
+    /// by a thread that may write it (see `storedHandler`).
+    func takeHandler() -> HeldHandler {
+        defer { storedHandler = nil }
+        return HeldHandler(storedHandler)
+    }
+
+    /// Clears the running mark, and lets go of the handler if the timer was invalidated while it
+    /// ran (``invalidate()`` leaves that to the firing thread).
+    func finishFiring() {
+        endFiring()
+        let handler = state.locked { timerState -> HeldHandler in timerState.valid ? HeldHandler(nil) : takeHandler() }
+        withExtendedLifetime(handler) {}
+    }
 
     /// Whether the handler is running.
     @inline(__always)
@@ -77,18 +115,19 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         self.order = order
         self.state = Mutex(
             TimerState(
-                fireNs: max(LoopClock.nanoseconds(fireAt), LoopClock.now()),
-                toleranceNs: max(0, tolerance.saturatedNanoseconds),
-                handler: handler
+                fireNs: LoopClock.notBeforeNow(LoopClock.nanoseconds(fireAt)),
+                toleranceNs: max(0, tolerance.saturatedNanoseconds)
             )
         )
+        self.storedHandler = handler
     }
 
     /// The timer's own initializer for a fire date already known to be now or later.
     init(fireNs: Int64, intervalNs: Int64, toleranceNs: Int64, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
         self.intervalNs = max(0, intervalNs)
         self.order = 0
-        self.state = Mutex(TimerState(fireNs: fireNs, toleranceNs: max(0, toleranceNs), handler: handler))
+        self.state = Mutex(TimerState(fireNs: fireNs, toleranceNs: max(0, toleranceNs)))
+        self.storedHandler = handler
     }
 
     /// Creates a timer that first fires `after` from now and then, if `repeating` is given,
@@ -113,7 +152,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// (CoreFoundation answers its reference date, 2001-01-01).
     public var fireDate: ContinuousClock.Instant {
         get { LoopClock.instant(state.locked { $0.fireNs }) }
-        set { reschedule(fireNs: max(LoopClock.nanoseconds(newValue), LoopClock.now()), toleranceNs: nil) }
+        set { reschedule(fireNs: LoopClock.notBeforeNow(LoopClock.nanoseconds(newValue)), toleranceNs: nil) }
     }
 
     /// How late the timer may fire; negative values count as zero.
@@ -130,11 +169,12 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// the handler captured) at once. Safe from any thread and from inside any callback, its own
     /// included.
     public func invalidate() {
-        let (loop, handler) = state.locked { timer -> (RunLoop?, Handler?) in
-            guard timer.valid else { return (nil, nil) }
+        let (loop, handler) = state.locked { timer -> (RunLoop?, HeldHandler) in
+            guard timer.valid else { return (nil, HeldHandler(nil)) }
             timer.valid = false
-            bumpGeneration()
-            return (timer.loop?.loop, timer.takeHandler())
+            let firing = bumpGeneration()
+            // A firing timer's handler is let go by the firing thread when it returns.
+            return (timer.loop?.loop, firing ? HeldHandler(nil) : takeHandler())
         }
         loop?.detach(self)
         // Released here, with no lock held: what it captured may run any code in its deinit.
@@ -145,7 +185,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     typealias Handler = @Sendable (RunLoopTimer) -> Void
 
     /// The handler, while the timer is valid.
-    var handler: Handler? { state.locked { $0.valid ? $0.handler : nil } }
+    var handler: Handler? { state.locked { HeldHandler($0.valid ? storedHandler : nil) }.value }
 
     private func reschedule(fireNs: Int64?, toleranceNs: Int64?) {
         while true {
@@ -177,14 +217,19 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
+/// A timer's handler on its way out of a locked section. A struct around the closure because a
+/// closure returned as a generic result (`Mutex.withLock`'s) is re-abstracted through a thunk
+/// allocated on the heap: measured as a tenth of a fired timer's cost. A struct is passed as it is.
+struct HeldHandler: Sendable {
+    let value: RunLoopTimer.Handler?
+    init(_ value: RunLoopTimer.Handler?) { self.value = value }
+}
+
 /// A timer's mutable state, under the timer's lock. When the timer is scheduled, changes are also
 /// made under its loop's lock (taken first), so the loop's heaps and this state agree.
 struct TimerState: Sendable {
     var fireNs: Int64
     var toleranceNs: Int64
-    /// The handler; nil once the timer is invalid, so nothing it captured outlives the timer's
-    /// usefulness (stale heap entries may keep the timer object itself a while longer).
-    var handler: RunLoopTimer.Handler?
     var loop: LoopRef?
     /// Indexes (into the loop's mode table) of the modes the timer is in.
     var modes = ModeIndexSet()
@@ -194,12 +239,6 @@ struct TimerState: Sendable {
     var valid = true
     /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
     var inCommonModes = false
-
-    /// Takes the handler out, for the caller to release once it holds no lock.
-    mutating func takeHandler() -> RunLoopTimer.Handler? {
-        defer { handler = nil }
-        return handler
-    }
 }
 
 /// `1.5ms`, `-20µs`, `3.000s`: a nanosecond count for people.

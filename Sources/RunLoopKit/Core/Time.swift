@@ -14,6 +14,15 @@ enum LoopClock {
     @inline(__always)
     static func now() -> Int64 { crlk_boottime_ns() }
 
+    /// `ns`, or now if `ns` is in the past: CoreFoundation's rule for timer fire dates. A date well
+    /// in the future (the usual case) is known to be so from the coarse clock, without a precise
+    /// read.
+    @inline(__always)
+    static func notBeforeNow(_ ns: Int64) -> Int64 {
+        if ns > crlk_boottime_upper_bound_ns() { return ns }
+        return max(ns, now())
+    }
+
     /// Converts an instant to the loop's nanoseconds, saturating far past or future.
     @inline(__always)
     static func nanoseconds(_ instant: ContinuousClock.Instant) -> Int64 {
