@@ -19,20 +19,7 @@ import Testing
 
 /// What a `HostileProbe` run printed and how it ended.
 struct HostileProbeResult: Sendable {
-    enum Ending: Sendable, Equatable, CustomStringConvertible {
-        case exited(Int32)
-        case signalled(Int32)
-        /// It ran out of time and was killed.
-        case timedOut
-
-        var description: String {
-            switch self {
-            case .exited(let code): "exited with status \(code)"
-            case .signalled(let signal): "killed by signal \(signal)"
-            case .timedOut: "timed out (killed)"
-            }
-        }
-    }
+    typealias Ending = ChildEnding
 
     let command: String
     let stdout: String
@@ -74,94 +61,17 @@ struct HostileProbeResult: Sendable {
 /// waits at most `timeout`, kills it after that, and returns what it printed and how it ended.
 /// Returns nil (recording an issue) only when the probe cannot be launched.
 ///
-/// As `runMainQueueProbe` (Integration/MainQueueTests.swift): `posix_spawn`, output to unlinked
-/// temporary files. Swift's crash backtracer is turned off in the child so that a probe that
-/// traps (the expected failure of several scenarios on a broken library) dies at once with its
-/// message instead of spending seconds symbolicating; a probe's stderr may hold the library's
-/// log messages, so it is not required to be empty.
+/// Through `runTestExecutable` (Support/ChildProcess.swift), crashing quietly: a probe that traps
+/// (the expected failure of several scenarios on a broken library) dies at once with its message.
+/// A probe's stderr may hold the library's log messages, so it is not required to be empty.
 func runHostileProbe(
     _ arguments: String..., timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation
 ) -> HostileProbeResult? {
-    let command = "HostileProbe \(arguments.joined(separator: " "))"
-    var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-    let length = readlink("/proc/self/exe", &path, Int(PATH_MAX))
-    let testBinary = length > 0 ? String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
-    let probe = String(testBinary[..<(testBinary.lastIndex(of: "/") ?? testBinary.startIndex)]) + "/HostileProbe"
-    guard access(probe, X_OK) == 0 else {
-        Issue.record("HostileProbe not found at \(probe); build with --build-tests", sourceLocation: sourceLocation)
-        return nil
-    }
-    guard let out = ProbeOutputFile(), let err = ProbeOutputFile() else {
-        Issue.record(
-            "cannot create the probe's output files: \(String(cString: strerror(errno)))",
-            sourceLocation: sourceLocation)
-        return nil
-    }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_adddup2(&actions, out.descriptor, 1)
-    posix_spawn_file_actions_adddup2(&actions, err.descriptor, 2)
-    let argv: [UnsafeMutablePointer<CChar>?] = ([probe] + arguments).map { strdup($0) } + [nil]
-    defer { for argument in argv { free(argument) } }
-    // Under AddressSanitizer, leak checking is off in the child: a probe ends with exit() while
-    // threads of its scenario may still hold objects (a thread stuck in a broken teardown, say),
-    // and what these tests check is the scenario's output, not the probe's own memory.
-    var asanOptions = "detect_leaks=0"
-    var environment: [UnsafeMutablePointer<CChar>?] = []
-    var index = 0
-    while let entry = environ[index] {
-        let text = String(cString: entry)
-        if text.hasPrefix("ASAN_OPTIONS=") {
-            asanOptions = String(text.dropFirst("ASAN_OPTIONS=".count)) + ":detect_leaks=0"
-        } else if !text.hasPrefix("SWIFT_BACKTRACE=") {
-            environment.append(strdup(entry))
-        }
-        index += 1
-    }
-    environment.append(strdup("SWIFT_BACKTRACE=enable=no"))
-    environment.append(strdup("ASAN_OPTIONS=" + asanOptions))
-    environment.append(nil)
-    defer { for entry in environment { free(entry) } }
-    // The probe ends itself with alarm() when a scenario hangs: SIGALRM must be deliverable in
-    // the child whatever this test thread blocks or the test process ignores.
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    var alarmOnly = sigset_t()
-    sigemptyset(&alarmOnly)
-    sigaddset(&alarmOnly, SIGALRM)
-    posix_spawnattr_setsigdefault(&attributes, &alarmOnly)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    var pid: pid_t = 0
-    let spawned = posix_spawn(&pid, probe, &actions, &attributes, argv, environment)
-    guard spawned == 0 else {
-        Issue.record("cannot launch \(probe): \(String(cString: strerror(spawned)))", sourceLocation: sourceLocation)
-        return nil
-    }
-    // waitpid blocks, so a thread waits for the child and the test waits (bounded) for the thread.
-    let status = TestMonitor<Int32?>(nil)
-    let child = pid
-    let waiter = TestThread(name: "hostile-wait") {
-        var raw: Int32 = 0
-        while waitpid(child, &raw, 0) < 0 && errno == EINTR {}
-        status.update { $0 = raw }
-    }
-    let finished = status.wait(timeout: timeout) { $0 != nil }
-    if !finished { kill(child, SIGKILL) }
-    _ = waiter.join(timeout: .seconds(30))
-    let ending: HostileProbeResult.Ending
-    if !finished {
-        ending = .timedOut
-    } else {
-        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import (they are macros).
-        let raw = status.read { $0 } ?? 0
-        ending = raw & 0x7f == 0 ? .exited((raw >> 8) & 0xff) : .signalled(raw & 0x7f)
-    }
-    return HostileProbeResult(command: command, stdout: out.contents(), stderr: err.contents(), ending: ending)
+    guard
+        let child = runTestExecutable(
+            "HostileProbe", arguments, timeout: timeout, crashQuietly: true, sourceLocation: sourceLocation)
+    else { return nil }
+    return HostileProbeResult(command: child.command, stdout: child.stdout, stderr: child.stderr, ending: child.ending)
 }
 
 // MARK: - In-process helpers

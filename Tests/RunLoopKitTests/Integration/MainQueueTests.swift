@@ -115,97 +115,26 @@ struct MainQueueProbeOutcome {
 /// nil when the probe is missing, times out, fails, prints anything on standard error (a sanitizer
 /// report, say), or does not finish its trace.
 ///
-/// Plain `posix_spawn`, not Foundation's `Process`: under AddressSanitizer `Process` and its file
-/// handles are reported as leaks (it keeps them alive), which would fail CI's leak-checked run.
-/// The child inherits the environment (sanitizer options included); its output goes to temporary
-/// files, never to pipes that a long report could fill.
+/// See `runTestExecutable` (Support/ChildProcess.swift); the child inherits the environment,
+/// sanitizer options included, so a leak it reports fails the test.
 func runMainQueueProbe(
     _ arguments: String..., timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation
 ) -> MainQueueProbeOutcome? {
-    let command = "MainQueueProbe \(arguments.joined(separator: " "))"
-    var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-    let length = readlink("/proc/self/exe", &path, Int(PATH_MAX))
-    let testBinary = length > 0 ? String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : ""
-    let probe = String(testBinary[..<(testBinary.lastIndex(of: "/") ?? testBinary.startIndex)]) + "/MainQueueProbe"
-    guard access(probe, X_OK) == 0 else {
-        Issue.record("MainQueueProbe not found at \(probe); build with --build-tests", sourceLocation: sourceLocation)
+    guard
+        let child = runTestExecutable(
+            "MainQueueProbe", arguments, timeout: timeout, crashQuietly: false, sourceLocation: sourceLocation)
+    else { return nil }
+    let report = "\(child.command): stdout:\n\(child.stdout)stderr:\n\(child.stderr)"
+    guard child.ending != .timedOut else {
+        Issue.record("\(child.command) did not exit within \(timeout)\n\(report)", sourceLocation: sourceLocation)
         return nil
     }
-    guard let out = ProbeOutputFile(), let err = ProbeOutputFile() else {
-        Issue.record("cannot create the probe's output files: \(String(cString: strerror(errno)))", sourceLocation: sourceLocation)
-        return nil
-    }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_adddup2(&actions, out.descriptor, 1)
-    posix_spawn_file_actions_adddup2(&actions, err.descriptor, 2)
-    let argv: [UnsafeMutablePointer<CChar>?] = ([probe] + arguments).map { strdup($0) } + [nil]
-    defer { for argument in argv { free(argument) } }
-    var pid: pid_t = 0
-    let spawned = posix_spawn(&pid, probe, &actions, nil, argv, environ)
-    guard spawned == 0 else {
-        Issue.record("cannot launch \(probe): \(String(cString: strerror(spawned)))", sourceLocation: sourceLocation)
-        return nil
-    }
-    // waitpid blocks, so a thread waits for the child and the test waits (bounded) for the thread.
-    let status = TestMonitor<Int32?>(nil)
-    let child = pid
-    let waiter = TestThread(name: "mq-probe-wait") {
-        var raw: Int32 = 0
-        while waitpid(child, &raw, 0) < 0 && errno == EINTR {}
-        status.update { $0 = raw }
-    }
-    let finished = status.wait(timeout: timeout) { $0 != nil }
-    if !finished { kill(child, SIGKILL) }
-    _ = waiter.join(timeout: .seconds(30))
-    let stdout = out.contents(), stderr = err.contents()
-    let report = "\(command): stdout:\n\(stdout)stderr:\n\(stderr)"
-    guard finished, let raw = status.read({ $0 }) else {
-        Issue.record("\(command) did not exit within \(timeout)\n\(report)", sourceLocation: sourceLocation)
-        return nil
-    }
-    // WIFEXITED and WEXITSTATUS, which Swift does not import (they are macros).
-    let exitedNormally = raw & 0x7f == 0
-    let exitStatus = (raw >> 8) & 0xff
-    var lines = stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    var lines = child.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
     if lines.last == "" { lines.removeLast() }
-    guard exitedNormally, exitStatus == 0, stderr.isEmpty, lines.last == "done" else {
-        Issue.record("\(command) failed (wait status \(raw))\n\(report)", sourceLocation: sourceLocation)
+    guard child.ending == .exited(0), child.stderr.isEmpty, lines.last == "done" else {
+        Issue.record("\(child.command) failed (\(child.ending))\n\(report)", sourceLocation: sourceLocation)
         return nil
     }
     lines.removeLast()
     return MainQueueProbeOutcome(lines: lines, report: report)
-}
-
-/// A temporary file, already unlinked, that a child writes its output to.
-final class ProbeOutputFile {
-    let descriptor: Int32
-
-    init?() {
-        let directory = getenv("TMPDIR").map { String(cString: $0) } ?? "/tmp"
-        var template = Array("\(directory)/mainqueue-probe-XXXXXX".utf8CString)
-        descriptor = mkstemp(&template)
-        guard descriptor >= 0 else { return nil }
-        unlink(template)
-        // Not inherited by other tests' children; dup2 gives the probe its own copy.
-        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
-    }
-
-    deinit { close(descriptor) }
-
-    /// Everything written so far, as UTF-8.
-    func contents() -> String {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        var offset: off_t = 0
-        while true {
-            let count = pread(descriptor, &chunk, chunk.count, offset)
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
-            bytes.append(contentsOf: chunk[0..<count])
-            offset += off_t(count)
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
 }
