@@ -539,6 +539,44 @@ enum Scenarios {
         close(writeEnd)
     }
 
+    // MARK: Review: a loop without descriptors, inside one long run
+
+    /// A loop made while out of descriptors, inside one long run (it sleeps on its futex): a 5 ms
+    /// timer added from another thread fires on time (its sleep is cut short); once descriptors
+    /// are freed, the loop opens its own during that same run and then sleeps in epoll, passing
+    /// only when its 20 ms timer is due (it used to wait on a stale epoll number and spin).
+    static func exhaustedLongRun() {
+        let published = Slot<RunLoop>()
+        let passes = Counter()
+        let timerFired = Event()
+        let fillers = Descriptors.exhaust()
+        let thread = ProbeThread(name: "hp-exhaust-long") {
+            let loop = RunLoop.current
+            loop.add(RunLoopSource {}, forMode: .default)
+            loop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in passes.increment() }, forMode: .default)
+            published.set(loop)
+            loop.run(mode: .default, for: .seconds(3))
+        }
+        guard let loop = published.wait(seconds: 10) else {
+            emit("loop published: false")
+            return
+        }
+        emit("loop asleep: \(poll(seconds: 5) { loop.isWaiting })")
+        let added = crlk_boottime_ns()
+        loop.add(RunLoopTimer(after: .milliseconds(5)) { _ in timerFired.fire() }, forMode: .default)
+        emit("timer fired: \(timerFired.wait(seconds: 2))")
+        emit("timer fired after ms: \(Double(crlk_boottime_ns() - added) / 1e6)")
+        Descriptors.release(fillers)
+        loop.add(RunLoopTimer(after: .milliseconds(20), repeating: .milliseconds(20)) { _ in }, forMode: .default)
+        // The loop notices free descriptors within its 100 ms retry; then 300 ms of a 20 ms timer.
+        usleep(150_000)
+        let before = passes.count
+        usleep(300_000)
+        emit("passes in 300 ms: \(passes.count - before)")
+        loop.perform { RunLoop.current.stop() }
+        emit("loop thread finished: \(thread.join(seconds: 5))")
+    }
+
     // MARK: Finding 7: /dev/null and /dev/zero with ownsDescriptor
 
     static func devNullAndZero() {
@@ -766,6 +804,7 @@ case "date" where arguments.count == 3: Scenarios.date(entry: arguments[1], valu
 case "exhausted-loop": Scenarios.exhaustedLoop()
 case "exhausted-40": Scenarios.exhaustedForty()
 case "exhausted-fd-source": Scenarios.exhaustedDescriptorSource()
+case "exhausted-long-run": Scenarios.exhaustedLongRun()
 case "dev-null": Scenarios.devNullAndZero()
 case "teardown-perform-wait": Scenarios.teardownPerformWait()
 case "teardown-loop-bound": Scenarios.teardownLoopBound()

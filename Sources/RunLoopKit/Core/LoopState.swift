@@ -103,6 +103,9 @@ struct LoopState: Sendable {
     /// the change is published and the lock let go (see `RunLoop.mutatingItems`), so it cannot
     /// wake and go back to sleep on the old item lists.
     var attentionAfterChange = false
+    /// A change under the lock needs the loop to compute its sleep again (a timer added while it
+    /// sleeps on the futex, with no timerfd to re-arm): woken once the lock is let go.
+    var wakeAfterChange = false
     /// Errors found under the lock, logged once it is let go (a log handler is user code).
     var deferredErrors: [String] = []
 

@@ -55,6 +55,7 @@ extension RunLoop {
             return .finished
         }
         state.locked { $0.runningModes.append(modeIndex) }
+        takeOverOuterTimerBatch(modeIndex)
 
         var context = beginRun(
             mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
@@ -300,18 +301,24 @@ extension RunLoop {
         var outer = TimerBatch()
         swap(&outer, &confined.firingBatch)
         defer { swap(&outer, &confined.firingBatch) }
-        if outer.modeIndex == context.modeIndex && outer.next < outer.entries.count {
-            // That pass collected timers of this mode it has not fired yet. In CoreFoundation they
-            // stay in the mode, so this run fires those that are due: they go back to the heap
-            // (their retains with them), and the outer pass ends its batch there.
-            state.locked { state in
-                for index in outer.next..<outer.entries.count {
-                    state.modes[context.modeIndex].timers.insert(outer.entries[index])
-                }
-            }
-            outer.entries.removeLast(outer.entries.count - outer.next)
-        }
         fireDueTimers(&context)
+    }
+
+    /// A run starting inside a timer handler, in the mode of that handler's batch, takes over the
+    /// timers the batch collected and has not fired yet. In CoreFoundation they stay in the mode,
+    /// so the nested run fires those that are due, and its sleep counts them: they go back to the
+    /// heap (their retains with them), and the outer pass ends its batch there.
+    private func takeOverOuterTimerBatch(_ modeIndex: Int) {
+        guard confined.firingBatch.modeIndex == modeIndex,
+            confined.firingBatch.next < confined.firingBatch.entries.count
+        else { return }
+        let next = confined.firingBatch.next
+        withState { state in
+            for index in next..<confined.firingBatch.entries.count {
+                state.modes[modeIndex].timers.insert(confined.firingBatch.entries[index])
+            }
+        }
+        confined.firingBatch.entries.removeLast(confined.firingBatch.entries.count - next)
     }
 
     /// The body of ``doTimers(_:)``: collects the due timers, then fires them one by one.
@@ -472,6 +479,7 @@ extension RunLoop {
     /// took out of every mode moves on all the same, as in CoreFoundation.
     private func rescheduleAfterFire(_ timer: RunLoopTimer, firedAt: Int64, modeIndex: Int, following: Int64) {
         var invalidated = false
+        var movedTo: (loop: RunLoop, fireNs: Int64)? = nil
         withState { state in
             state.modes[modeIndex].firingFireNs = following
             timer.state.locked { timerState in
@@ -480,14 +488,21 @@ extension RunLoop {
                     return
                 }
                 guard timerState.fireNs <= firedAt else { return }
-                // On another loop by now (its handler moved it): that loop's lock guards its date.
-                guard timerState.loop == nil || timerState.loop === self else { return }
-                timerState.fireNs = Self.nextFireNs(after: firedAt, interval: timer.intervalNs, now: LoopClock.now())
+                let next = Self.nextFireNs(after: firedAt, interval: timer.intervalNs, now: LoopClock.now())
+                if let other = timerState.loop, !(timerState.loop === self) {
+                    // Its handler moved it to another loop, whose lock guards its date: set there.
+                    movedTo = (other.loop, next)
+                    return
+                }
+                timerState.fireNs = next
                 if timerState.loop === self { _ = state.repush(timer, timerState) }
             }
         }
         // Invalidated while it fired: its handler is this thread's to let go (with no lock held).
         if invalidated { timer.finishFiring() }
+        // Set as `fireDate` is (re-armed there); if it left that loop meanwhile, it is on no loop's
+        // schedule and keeps the date it has.
+        if let movedTo { _ = movedTo.loop.reschedule(timer, fireNs: movedTo.fireNs, toleranceNs: nil) }
     }
 
     /// The first point of the schedule `firedAt + k·interval` (k ≥ 1) after `now`; saturates to
@@ -509,6 +524,7 @@ extension RunLoop {
     private func doSources1(_ context: inout RunContext) -> Bool {
         var attention =
             source1Attention.load(ordering: .relaxed) && source1Attention.exchange(false, ordering: .acquiring)
+        if attention { context.tookAttention = true }
         if !context.sources1Scanned {
             context.sources1Scanned = true
             attention = true
@@ -587,6 +603,10 @@ extension RunLoop {
     /// call: timers are checked against the clock, and with no descriptor sources registered
     /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
     private func wait(_ context: inout RunContext, poll: Bool) {
+        // Items may have changed in the observers just called (a nested run may even have rebuilt
+        // this mode's epoll set), and opening the kernel descriptors changes the set runs sleep in.
+        if waiter == nil { openKernelDescriptors() }
+        refreshItems(&context)
         if context.items.needsEpollSet {
             // Its descriptor sources joined while its epoll set could not be made: try again.
             mutatingItems { state in _ = modeEpoll(context.modeIndex, &state) }
@@ -607,7 +627,7 @@ extension RunLoop {
             if descriptors, let waiter { pollKernel(&context, waiter) }
             return
         }
-        guard let waiter = waiter ?? (openKernelDescriptors() ? waiter : nil) else {
+        guard let waiter else {
             waitWithoutDescriptors(&context, poll: poll)
             return
         }
@@ -792,6 +812,13 @@ extension RunLoop {
         // wakeUp() calls this run ignored must not end the enclosing run's sleep (CoreFoundation
         // never sends them); what other requests were for, the enclosing wait looks at itself.
         dropIgnoredWakeUp()
+        if context.outerID != 0 {
+            // This run may have taken work meant for the enclosing run's mode: a port's attention
+            // (cleared while scanning only this mode's sources) and blocks (moved from the inbox
+            // to the loop's own queue). The enclosing run looks again before it sleeps.
+            if context.tookAttention { source1Attention.store(true, ordering: .sequentiallyConsistent) }
+            if !confined.blocks.isEmpty { confined.blocksTakenByNestedRun = true }
+        }
         acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
@@ -849,7 +876,7 @@ extension RunLoop {
     /// Drops a pending wakeup unless ``wakeUp()`` or ``stop()`` asked for it while it was heard.
     @inline(__always)
     private func dropIgnoredWakeUp() {
-        if wakeRequested.load(ordering: .relaxed) && !userWakeUpPending.load(ordering: .relaxed) {
+        if wakeRequested.load(ordering: .acquiring) && !userWakeUpPending.load(ordering: .relaxed) {
             _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
         }
     }
@@ -859,7 +886,13 @@ extension RunLoop {
     /// sleep, so a request made after that wakes it the usual way.
     @inline(__always)
     private func handedOverWorkPending(_ context: RunContext) -> Bool {
-        inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
+        if confined.blocksTakenByNestedRun {
+            confined.blocksTakenByNestedRun = false
+            if confined.blocks.contains(where: { $0.runs(in: context.mode, modeIsCommon: context.items.modeIsCommon) }) {
+                return true
+            }
+        }
+        return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
             || stopRequest.load(ordering: .sequentiallyConsistent) == context.id
     }
 
@@ -907,6 +940,8 @@ struct RunContext {
     /// Whether this run has looked at every version-1 source of its mode for work that came while
     /// the loop ran in other modes (it does on its first pass).
     var sources1Scanned = false
+    /// Whether this run cleared a version-1 source's request for attention (see `endRun`).
+    var tookAttention = false
 }
 
 /// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
@@ -993,6 +1028,9 @@ final class LoopThreadState: @unchecked Sendable {
     /// The loop could not open its kernel descriptors (logged once per such stretch).
     @exclusivity(unchecked) var lackedDescriptors = false
     @exclusivity(unchecked) var spareScratch: [RunScratch] = []
+    /// A nested run ended with blocks in `blocks`: the enclosing run looks at them before it
+    /// sleeps (see `handedOverWorkPending`).
+    var blocksTakenByNestedRun = false
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
     let eventCapacity: Int32 = 64

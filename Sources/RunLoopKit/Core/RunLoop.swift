@@ -106,8 +106,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         do {
             let opened = waiterSlot.storeIfNil(try KernelWaiter())
             sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
-            // The timerfd starts disarmed; the next wait arms it for what is due.
-            withState { state in state.armedDeadline = LoopClock.never }
+            // The timerfd starts disarmed; the next wait arms it for what is due. Through
+            // mutatingItems: a run in progress must re-read its items, which name the epoll set.
+            mutatingItems { state in state.armedDeadline = LoopClock.never }
             if confined.lackedDescriptors {
                 confined.lackedDescriptors = false
                 Diagnostics.warning("\(shortDescription) opened its kernel descriptors; it sleeps in epoll again")
@@ -192,14 +193,18 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     func tearDown() {
         let (sources, timers, observers, sources1) = mutatingItems { state in
             state.tornDown = true
-            var sources: [(RunLoopSource, RunLoop.Mode)] = []
-            var timers: [RunLoopTimer] = []
-            var observers: [RunLoopObserver] = []
+            // Every item, those only in the common lists (added for .common, then removed from
+            // every mode) included: each holds a reference to this loop that must be cleared. They
+            // are let go after the lock, with these lists (a last reference dropped runs deinits).
+            var sources: [(RunLoopSource, RunLoop.Mode?)] = []
+            var timers: [RunLoopTimer] = state.commonTimers
+            var observers: [RunLoopObserver] = state.commonObservers
             for mode in state.modes {
                 for source in mode.sources { sources.append((source, mode.name)) }
                 for entry in mode.timers.entries where entry.isLive { timers.append(entry.timer) }
                 observers.append(contentsOf: mode.observers)
             }
+            for source in state.commonSources { sources.append((source, nil)) }
             for index in state.modes.indices {
                 state.modes[index].sources.removeAll()
                 state.modes[index].observers.removeAll()
@@ -249,7 +254,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         for observer in observers { observer.registrations.locked { $0.removeAll { $0.loop === self } } }
         for (source, mode) in sources {
             source.registrations.locked { $0.removeAll { $0.loop === self } }
-            source.cancelCallout?(self, mode)
+            if let mode { source.cancelCallout?(self, mode) }
         }
         // A descriptor source or port whose thread is gone can never deliver again: invalidated,
         // so owned descriptors are closed and later sends throw instead of piling up.
@@ -511,7 +516,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 guard timerState.loop === self else { return false }
                 if let fireNs { timerState.fireNs = fireNs }
                 if let toleranceNs { timerState.toleranceNs = toleranceNs }
-                if timerState.valid { _ = state.repush(timer, timerState) }
+                // A loop being torn down takes no new heap entries (their retains would never be
+                // released); the teardown unties the timer next.
+                if timerState.valid && !state.tornDown { _ = state.repush(timer, timerState) }
                 return true
             }
             if done { rearmForEarlierTimers(&state) }
@@ -531,7 +538,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Arms the timerfd for `deadline`. Called with the loop's lock held, which orders the arming
     /// done by the loop's thread and by other threads.
     func arm(_ state: inout LoopState, _ deadline: Int64) {
-        guard let waiter else { return }
+        guard let waiter else {
+            // Sleeping on the futex, without a timerfd: woken to compute its sleep again.
+            state.wakeAfterChange = true
+            return
+        }
         do {
             try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
             state.armedDeadline = deadline
@@ -614,8 +625,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         // is not free (reference counting on the shared empty storage).
         var dropped: ContiguousArray<TimerEntry>? = nil
         var errors: [String]? = nil
+        var wake = false
         let result = state.locked { state in
             let result = body(&state)
+            if state.wakeAfterChange {
+                state.wakeAfterChange = false
+                wake = true
+            }
             if !state.graveyard.isEmpty {
                 dropped = state.graveyard
                 state.graveyard = []
@@ -628,6 +644,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         }
         if let dropped { for entry in dropped { entry.release() } }
         if let errors { for message in errors { Diagnostics.error(message) } }
+        if wake { requestWakeUp() }
         return result
     }
 
@@ -694,6 +711,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         // waker queued its work before the loop's next look at its queues (otherwise the loop's
         // look, and so its clear, would happen-before this load, which would then read `false` or
         // a newer `true`); a newer `true` belongs to a waker that does the waking itself.
+        //
+        // The fence orders the caller's earlier stores (the block pushed, the source signalled)
+        // before that load: without it, on x86 the load may run while those stores still sit in
+        // this core's store buffer, and the loop, clearing the flag meanwhile, could miss them and
+        // sleep. A fence, unlike the exchange, leaves the flag's line shared.
+        atomicMemoryFence(ordering: .sequentiallyConsistent)
         if wakeRequested.load(ordering: .sequentiallyConsistent) { return }
         if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }
         guard sleeping.load(ordering: .sequentiallyConsistent) else { return }

@@ -58,4 +58,20 @@ import Testing
         }
         #expect(probe.bool("loop thread finished") == true, "\(probe.report)")
     }
+
+    /// A loop made out of descriptors, inside one long run: a timer added from another thread
+    /// while it sleeps on its futex fires on time (within 100 ms of its 5 ms, where the futex's
+    /// retry period would make it up to 100 ms late), and once descriptors are freed the loop
+    /// sleeps in epoll instead of spinning (a 20 ms timer: about 15 passes in 300 ms; at most 40
+    /// allowed, where a spin makes thousands).
+    @Test func aLoopWithoutDescriptorsInALongRunServesNewTimersAndDoesNotSpinOnceTheyAreFree() throws {
+        let probe = try #require(runHostileProbe("exhausted-long-run", timeout: .seconds(30)))
+        try #require(probe.completed, "\(probe.report)")
+        #expect(probe.bool("timer fired") == true, "\(probe.report)")
+        let late = probe.double("timer fired after ms") ?? .infinity
+        #expect(late < 60, "the 5 ms timer fired after \(late) ms: \(probe.report)")
+        let passes = probe.int("passes in 300 ms") ?? .max
+        #expect(passes <= 40, "\(passes) passes in 300 ms: \(probe.report)")
+        #expect(probe.bool("loop thread finished") == true, "\(probe.report)")
+    }
 }
