@@ -605,7 +605,7 @@ extension RunLoop {
     private func wait(_ context: inout RunContext, poll: Bool) {
         // Items may have changed in the observers just called (a nested run may even have rebuilt
         // this mode's epoll set), and opening the kernel descriptors changes the set runs sleep in.
-        if waiter == nil { openKernelDescriptors() }
+        if !hasKernelDescriptors { openKernelDescriptors() }
         refreshItems(&context)
         if context.items.needsEpollSet {
             // Its descriptor sources joined while its epoll set could not be made: try again.

@@ -33,6 +33,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// The kernel side; nil while the loop's descriptors cannot be opened.
     @inline(__always)
     var waiter: KernelWaiter? { initialWaiter ?? waiterSlot.load() }
+    /// Whether the loop has its kernel descriptors, without taking a reference (every pass asks).
+    @inline(__always)
+    var hasKernelDescriptors: Bool { initialWaiter != nil || waiterSlot.load() != nil }
     /// Where a loop without kernel descriptors sleeps.
     let futex = FutexWord()
     /// The loop sleeps on ``futexWord``, not in epoll: wakers post the futex.
