@@ -140,7 +140,12 @@ extension Robustness {
             // The stress did stress.
             let counts = world.counts()
             #expect(counts["nested runs", default: 0] > 0, comment)
-            #expect(counts["outer runs", default: 0] >= 3, "the outer runs reach their deadlines (seed \(seed))")
+            // Under a sanitizer one pass can take seconds (it fires every timer due when it began,
+            // thousands here, and a run nested in one of their handlers takes over the rest of
+            // them, as in CoreFoundation), so one run that reached its end is all it can promise.
+            #expect(
+                counts["outer runs", default: 0] >= (TestThreads.sanitized ? 1 : 3),
+                "the outer runs reach their deadlines (seed \(seed))")
             #expect(counts["timer fires", default: 0] > 0, comment)
             #expect(counts["source performs", default: 0] > 0, comment)
             #expect(counts["observer calls", default: 0] > 0, comment)
