@@ -286,6 +286,16 @@ enum Scenarios {
         emit("first fire after the set ms: \(firstFireMs.withLock { $0 })")
     }
 
+    /// Ends a thread running `while !stopped { run(mode:before:) }` and says whether it finished.
+    /// A block, not stop() + wakeUp(): a stop() that lands between two runs of the `while` is
+    /// dropped (as in CoreFoundation), and a wakeUp() then is ignored; the block runs inside the
+    /// next run and ends it.
+    static func stopKeepAlive(_ loop: RunLoop, _ stopped: borrowing Atomic<Bool>, _ thread: ProbeThread) {
+        stopped.store(true, ordering: .releasing)
+        loop.perform { RunLoop.current.stop() }
+        emit("loop thread finished: \(thread.join(seconds: 3))")
+    }
+
     // MARK: Finding 3: non-finite and huge dates
 
     /// `entry` (run-until, run-before, accept-input) called with `value` (nan, inf, -inf, 1e30).
@@ -408,12 +418,7 @@ enum Scenarios {
         } catch {
             emit("descriptor source failed: \(error)")
         }
-        stopped.store(true, ordering: .releasing)
-        // A block, not stop() + wakeUp(): a stop() that lands between two runs of the keep-alive
-        // `while` is dropped (as in CoreFoundation), and a wakeUp() then is ignored; the block runs
-        // inside the next run and ends it.
-        loop.perform { RunLoop.current.stop() }
-        emit("loop thread finished: \(thread.join(seconds: 3))")
+        stopKeepAlive(loop, stopped, thread)
         close(readEnd)
         close(writeEnd)
     }
@@ -529,12 +534,7 @@ enum Scenarios {
         emit("handled after release: \(wasHandled)")
         if wasHandled { emit("handled after ms: \(millisecondsSince(start))") }
         source.invalidate()
-        stopped.store(true, ordering: .releasing)
-        // A block, not stop() + wakeUp(): a stop() that lands between two runs of the keep-alive
-        // `while` is dropped (as in CoreFoundation), and a wakeUp() then is ignored; the block runs
-        // inside the next run and ends it.
-        loop.perform { RunLoop.current.stop() }
-        emit("loop thread finished: \(thread.join(seconds: 3))")
+        stopKeepAlive(loop, stopped, thread)
         close(readEnd)
         close(writeEnd)
     }

@@ -499,7 +499,7 @@ extension RunLoop {
             }
         }
         // Invalidated while it fired: its handler is this thread's to let go (with no lock held).
-        if invalidated { timer.finishFiring() }
+        if invalidated { timer.releaseHandlerIfInvalid() }
         // Set as `fireDate` is (re-armed there); if it left that loop meanwhile, it is on no loop's
         // schedule and keeps the date it has.
         if let movedTo { _ = movedTo.loop.reschedule(timer, fireNs: movedTo.fireNs, toleranceNs: nil) }

@@ -92,22 +92,28 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             initialWaiter = try KernelWaiter()
         } catch {
             initialWaiter = nil
-            confined.lackedDescriptors = true
-            Diagnostics.error(
-                "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
-            )
+            reportMissingDescriptors(error)
         }
+    }
+
+    /// Logs, once per stretch without them, that the loop could not open its kernel descriptors.
+    private func reportMissingDescriptors(_ error: any Error) {
+        guard !confined.lackedDescriptors else { return }
+        confined.lackedDescriptors = true
+        Diagnostics.error(
+            "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
+        )
     }
 
     /// Opens the loop's epoll set, eventfd and timerfd if it has none yet; returns whether it has
     /// them. Out of descriptors, the loop keeps working without them (it sleeps on a futex; timers,
     /// blocks, version-0 sources and ports work, descriptor sources wait) and retries here at each
-    /// run and each wait. Loop thread (or the creating thread, at init).
+    /// run and each wait. Loop thread.
     @discardableResult
     func openKernelDescriptors() -> Bool {
-        if initialWaiter != nil || waiterSlot.load() != nil { return true }
+        if hasKernelDescriptors { return true }
         do {
-            let opened = waiterSlot.storeIfNil(try KernelWaiter())
+            _ = waiterSlot.storeIfNil(try KernelWaiter())
             sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
             // The timerfd starts disarmed; the next wait arms it for what is due. Through
             // mutatingItems: a run in progress must re-read its items, which name the epoll set.
@@ -116,15 +122,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 confined.lackedDescriptors = false
                 Diagnostics.warning("\(shortDescription) opened its kernel descriptors; it sleeps in epoll again")
             }
-            _ = opened
             return true
         } catch {
-            if !confined.lackedDescriptors {
-                confined.lackedDescriptors = true
-                Diagnostics.error(
-                    "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
-                )
-            }
+            reportMissingDescriptors(error)
             return false
         }
     }

@@ -87,6 +87,11 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// ran (``invalidate()`` leaves that to the firing thread).
     func finishFiring() {
         endFiring()
+        releaseHandlerIfInvalid()
+    }
+
+    /// Lets go of the handler if the timer is invalid, by a thread whose firing mark is off.
+    func releaseHandlerIfInvalid() {
         let handler = state.locked { timerState -> HeldHandler in timerState.valid ? HeldHandler(nil) : takeHandler() }
         withExtendedLifetime(handler) {}
     }
