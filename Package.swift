@@ -12,6 +12,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // `swift package generate-documentation --target RunLoopKit`; no code of it is linked.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // Linux system calls and headers Swift's Glibc module does not import
@@ -26,10 +28,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The seeds' experiments, and demo-only code (the TCP echo server and its client).
         .executableTarget(
             name: "runloop-lab",
             dependencies: [
                 "RunLoopKit",
+                "CRunLoopKit",
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -60,6 +65,8 @@ let package = Package(
                 "RunLoopKit",
                 "CRunLoopKit",
                 "CAllocationCounter",
+                // The echo server's tests (Tests/RunLoopKitTests/Network) test the lab's server.
+                "runloop-lab",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

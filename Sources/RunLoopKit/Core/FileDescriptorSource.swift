@@ -70,21 +70,6 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
             let parts = names.filter { contains($0.0) }.map(\.1)
             return parts.count == 1 ? parts[0] : "[" + parts.joined(separator: ", ") + "]"
         }
-
-        /// The epoll interest bits for the watchable events.
-        var epollInterest: UInt32 {
-            (contains(.readable) ? UInt32(CRLK_EPOLLIN) : 0) | (contains(.writable) ? UInt32(CRLK_EPOLLOUT) : 0)
-        }
-
-        /// The events an epoll event mask reports.
-        init(epoll bits: UInt32) {
-            var events: Events = []
-            if bits & UInt32(CRLK_EPOLLIN) != 0 { events.insert(.readable) }
-            if bits & UInt32(CRLK_EPOLLOUT) != 0 { events.insert(.writable) }
-            if bits & UInt32(CRLK_EPOLLHUP) != 0 { events.insert(.hangUp) }
-            if bits & UInt32(CRLK_EPOLLERR) != 0 { events.insert(.error) }
-            self = events
-        }
     }
 
     /// The descriptor watched.
@@ -96,7 +81,7 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
 
     let id: UInt64
     /// What the descriptor referred to when the source was made (device and inode).
-    let identity: DescriptorIdentity
+    let identity: FileIdentity
     let handler: @Sendable (FileDescriptorSource, Events) -> Void
     let registration = Mutex(Source1Registration())
     /// The watched events' bits (``Events``), readable without the lock.
@@ -130,15 +115,13 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
         handler: @escaping @Sendable (FileDescriptorSource, Events) -> Void
     ) throws(Errno) {
         guard descriptor >= 0 else { throw Errno.badFileDescriptor }
-        var info = stat()
-        if fstat(descriptor, &info) != 0 { throw Errno(rawValue: errno) }
-        let kind = info.st_mode & S_IFMT
-        if kind == S_IFREG || kind == S_IFDIR { throw Errno.notPermitted }
+        let identity = try FileIdentity.of(descriptor).get()
+        if identity.isRegularFileOrDirectory { throw Errno.notPermitted }
         // Character devices such as /dev/null and /dev/zero cannot be watched either, and only
         // epoll can tell: a trial registration.
-        if kind == S_IFCHR { try EpollProbe.check(descriptor) }
+        if identity.isCharacterDevice { try EpollBackend.checkWatchable(descriptor) }
         self.descriptor = descriptor
-        self.identity = DescriptorIdentity(info)
+        self.identity = identity
         self.ownsDescriptor = ownsDescriptor
         self.order = order
         self.handler = handler
@@ -147,7 +130,7 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     }
 
     deinit {
-        if ownsDescriptor && !descriptorClosed.exchange(true, ordering: .relaxed) { Syscall.close(descriptor) }
+        if ownsDescriptor && !descriptorClosed.exchange(true, ordering: .relaxed) { System.close(descriptor) }
     }
 
     /// The events the source watches for (``Events/readable``, ``Events/writable``); setting it
@@ -176,16 +159,12 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
             return registration.loop?.loop
         }
         loop?.detachSource1(self)
-        if ownsDescriptor && !descriptorClosed.exchange(true, ordering: .relaxed) { Syscall.close(descriptor) }
+        if ownsDescriptor && !descriptorClosed.exchange(true, ordering: .relaxed) { System.close(descriptor) }
     }
 
     /// Whether ``descriptor`` still refers to what it did when the source was made (one `fstat`):
     /// false once the number was closed, or closed and reused for something else.
-    func stillNamesItsDescriptor() -> Bool {
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else { return false }
-        return DescriptorIdentity(info) == identity
-    }
+    func stillNamesItsDescriptor() -> Bool { identity.isStill(descriptor) }
 
     /// Records that the descriptor was found closed; the loop delivers ``Events/closed`` on its
     /// thread. `reused`: its number now names another descriptor.
@@ -220,9 +199,9 @@ extension FileDescriptorSource: Source1Item {
 
     func invalidateItem() { invalidate() }
 
-    func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool {
-        var events = Events(epoll: kernelEvents)
-        if kernelEvents != 0 && !stillNamesItsDescriptor() {
+    func perform(events reported: Events, onlyOne: Bool, on loop: RunLoop) -> Bool {
+        var events = reported
+        if !reported.isEmpty && !stillNamesItsDescriptor() {
             // The kernel reports a file this number no longer names: closed behind the source's
             // back while something else (a dup, a child, a message) keeps the file open. Its
             // registration cannot be deleted by number: the loop rebuilds its epoll sets.
@@ -235,38 +214,5 @@ extension FileDescriptorSource: Source1Item {
         handler(self, events)
         if !events.isDisjoint(with: Events.terminal) { invalidate() }
         return true
-    }
-}
-
-/// Asks epoll whether it can watch a descriptor, with a trial registration in a set kept for
-/// that, so a source is refused when it is made rather than failing later in a loop.
-enum EpollProbe {
-    /// Throws `Errno.notPermitted` if epoll refuses `descriptor` (it does for files with no
-    /// readiness to report: /dev/null, /dev/zero, regular files). Out of descriptors for the
-    /// trial set, it cannot tell and lets the descriptor through (see <doc:FailureModes>).
-    ///
-    /// A set per check, closed at once: a set kept for the process would be a descriptor the
-    /// caller never opened, and shared with any child after fork().
-    static func check(_ descriptor: Int32) throws(Errno) {
-        guard let set = try? Syscall.epollCreate() else { return }
-        defer { Syscall.close(set) }
-        do throws(Errno) {
-            try Syscall.epollControl(set, EPOLL_CTL_ADD, fd: descriptor, events: 0, tag: 0)
-        } catch Errno.notPermitted {
-            throw .notPermitted
-        } catch {
-            // EBADF was ruled out by fstat; anything else: the loop decides when it watches it.
-        }
-    }
-}
-
-/// A descriptor's device and inode: what it refers to, to tell a reused number from the original.
-struct DescriptorIdentity: Equatable, Sendable {
-    let device: UInt64
-    let inode: UInt64
-
-    init(_ info: stat) {
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
     }
 }

@@ -30,10 +30,12 @@ struct WatchedDescriptor: Sendable {
     /// The mode's sources on this descriptor, in the order they joined.
     var sources: [FileDescriptorSource]
     /// The events registered: the union of what the sources watch.
-    var interest: UInt32
+    var interest: EpollBackend.IOEvents
 
     /// The union of what the sources watch now.
-    var wantedInterest: UInt32 { sources.reduce(0) { $0 | $1.watchedEvents.epollInterest } }
+    var wantedInterest: EpollBackend.IOEvents {
+        sources.reduce([]) { $0.union(EpollBackend.IOEvents(rawValue: $1.watchedEvents.rawValue)) }
+    }
 }
 
 /// One mode's items. Sources and observers are kept sorted by order (stable), so a run takes a
@@ -56,15 +58,15 @@ struct ModeState: Sendable {
     var descriptors: [Int32: WatchedDescriptor] = [:]
     /// The number each registration's tag stands for.
     var descriptorNumbers: [UInt64: Int32] = [:]
-    /// The epoll set may hold a registration that could not be deleted (its number was closed
-    /// while another reference kept the file open): the set is rebuilt before the next sleep.
-    var epollSetStale = false
-    /// The mode's own epoll set (the loop's wakeup and timer descriptors plus the mode's
-    /// descriptor sources), made when its first descriptor source joins; -1 until then, and runs
-    /// in the mode sleep in the loop's base set.
-    var epollFD: Int32 = -1
-    /// Making the epoll set failed (logged once until it succeeds).
-    var epollSetFailed = false
+    /// The interest set may hold a registration that could not be deleted (its number was closed
+    /// while another reference kept the file open): the set is made anew before the next sleep.
+    var interestSetStale = false
+    /// The mode's own interest set (the loop's wakeup and timer descriptors plus the mode's
+    /// descriptor sources), made when its first descriptor source joins; nil until then, and runs
+    /// in the mode sleep in the backend's base set.
+    var interestSet: EpollBackend.InterestSet?
+    /// Making the interest set failed (logged once until it succeeds).
+    var interestSetFailed = false
 
     init(name: RunLoop.Mode) { self.name = name }
 

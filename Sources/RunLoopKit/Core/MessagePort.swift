@@ -152,7 +152,7 @@ extension MessagePort: Source1Item {
 
     var descriptorSource: FileDescriptorSource? { nil }
 
-    func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool {
+    func perform(events: FileDescriptorSource.Events, onlyOne: Bool, on loop: RunLoop) -> Bool {
         guard hasQueued.load(ordering: .acquiring) else { return false }
         if onlyOne {
             let (message, more): (Message?, Bool) = queue.locked { queue in

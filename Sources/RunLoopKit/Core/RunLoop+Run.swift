@@ -535,27 +535,28 @@ extension RunLoop {
             let unknownTag = state.locked { state -> Bool in
                 let mode = state.modes[context.modeIndex]
                 var unknownTag = false
-                for (tag, events) in context.scratch.kernelEvents {
-                    guard let number = mode.descriptorNumbers[tag], let watch = mode.descriptors[number] else {
-                        // A registration the mode could not delete (see rebuildEpollSet).
+                for ready in context.scratch.kernelEvents {
+                    guard let number = mode.descriptorNumbers[ready.tag], let watch = mode.descriptors[number] else {
+                        // A registration the mode could not delete (see remakeInterestSet).
                         unknownTag = true
                         continue
                     }
+                    let reported = FileDescriptorSource.Events(rawValue: ready.events.rawValue)
                     for source in watch.sources {
                         // Each source hears what it watches, and hang-ups and errors.
-                        let mine = events & (source.watchedEvents.epollInterest | UInt32(CRLK_EPOLLHUP | CRLK_EPOLLERR))
-                        if mine != 0 { context.scratch.readySources1.append((source, mine)) }
+                        let mine = reported.intersection(source.watchedEvents.union([.hangUp, .error]))
+                        if !mine.isEmpty { context.scratch.readySources1.append((source, mine)) }
                     }
                 }
                 return unknownTag
             }
-            if unknownTag { mutatingItems { state in state.modes[context.modeIndex].epollSetStale = true } }
+            if unknownTag { mutatingItems { state in state.modes[context.modeIndex].interestSetStale = true } }
             context.scratch.kernelEvents.removeAll(keepingCapacity: true)
         }
         if attention {
             for item in context.items.sources1 where item.needsAttention {
                 if !context.scratch.readySources1.contains(where: { $0.item === item }) {
-                    context.scratch.readySources1.append((item, 0))
+                    context.scratch.readySources1.append((item, []))
                 }
             }
         }
@@ -565,7 +566,7 @@ extension RunLoop {
         while index < context.scratch.readySources1.count {
             let (item, events) = context.scratch.readySources1[index]
             index += 1
-            if item.perform(kernelEvents: events, onlyOne: context.returnAfterSourceHandled, on: self) {
+            if item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self) {
                 handled = true
                 if context.returnAfterSourceHandled { break }
             }
@@ -581,7 +582,7 @@ extension RunLoop {
 
     /// Insertion sort by (order, id): the list is short (one wait's events at most, plus the
     /// sources that asked for attention), and this allocates nothing.
-    private func sortByOrder(_ ready: inout ContiguousArray<(item: any Source1Item, events: UInt32)>) {
+    private func sortByOrder(_ ready: inout ContiguousArray<(item: any Source1Item, events: FileDescriptorSource.Events)>) {
         guard ready.count > 1 else { return }
         for end in 1..<ready.count {
             let moving = ready[end]
@@ -596,44 +597,20 @@ extension RunLoop {
         }
     }
 
-    /// Sleeps in the kernel until a wakeup, the mode's next timer (within its tolerance) or the
-    /// run's deadline. The timerfd is re-armed only when the deadline changes.
-    ///
-    /// A poll, a wakeup asked for before the sleep, or a deadline already passed needs no system
-    /// call: timers are checked against the clock, and with no descriptor sources registered
-    /// (Source1 comes with FileDescriptorSource) the kernel has nothing else to report.
+    /// Sleeps until a wakeup, the mode's next timer (within its tolerance) or the run's deadline;
+    /// a poll only asks the kernel which descriptors are ready. What woke the loop is left for the
+    /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        // Items may have changed in the observers just called (a nested run may even have rebuilt
-        // this mode's epoll set), and opening the kernel descriptors changes the set runs sleep in.
-        if !hasKernelDescriptors { openKernelDescriptors() }
-        refreshItems(&context)
-        if context.items.needsEpollSet {
-            // Its descriptor sources joined while its epoll set could not be made: try again.
-            mutatingItems { state in _ = modeEpoll(context.modeIndex, &state) }
-            refreshItems(&context)
-        } else if context.items.epollSetStale {
-            mutatingItems { state in rebuildEpollSet(context.modeIndex, &state) }
-            refreshItems(&context)
-        }
-        let descriptors = context.items.hasDescriptors
-        // A version-1 source with work that no descriptor shows (a port's messages, possibly sent
-        // while the loop ran in another mode) keeps the loop awake, as a Mach port with a message
-        // does in CoreFoundation.
-        let sources1Pending =
-            source1Attention.load(ordering: .sequentiallyConsistent)
-            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
-        if poll || sources1Pending {
+        prepareToWait(&context)
+        guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
+        if poll || sources1Pending(context) {
             _ = consumeWakeUp()
-            if descriptors, let waiter { pollKernel(&context, waiter) }
-            return
-        }
-        guard let waiter else {
-            waitWithoutDescriptors(&context, poll: poll)
+            askKernel(&context, backend)
             return
         }
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
-        if !descriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
+        if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
             _ = consumeWakeUp()
             return
         }
@@ -641,16 +618,59 @@ extension RunLoop {
         if consumeWakeUp() || handedOverWorkPending(context) {
             sleeping.store(false, ordering: .sequentiallyConsistent)
             confined.recentCrossThreadWakeUp = true
-            if descriptors { pollKernel(&context, waiter) }
+            askKernel(&context, backend)
             return
         }
+        switch planSleep(context) {
+        case .none:
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            askKernel(&context, backend)
+        case .spin(let until):
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            spinUntilTimer(until, &context, backend)
+        case .kernel:
+            let set = context.items.interestSet ?? backend.baseSet
+            let outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            sleeping.store(false, ordering: .sequentiallyConsistent)
+            confined.recentCrossThreadWakeUp = takeWaitOutcome(outcome)
+        }
+    }
+
+    /// Brings the kernel side up to date before a wait: the loop's descriptors opened if it lacks
+    /// them, the mode's interest set made (or made anew), and the item lists re-read (observers
+    /// just called may have changed them; a nested run may even have made this mode's set anew).
+    private func prepareToWait(_ context: inout RunContext) {
+        if !hasKernelDescriptors { openKernelDescriptors() }
+        refreshItems(&context)
+        if context.items.needsInterestSet {
+            // Its descriptor sources joined while its set could not be made: try again.
+            mutatingItems { state in _ = interestSet(context.modeIndex, &state) }
+            refreshItems(&context)
+        } else if context.items.interestSetStale {
+            mutatingItems { state in remakeInterestSet(context.modeIndex, &state) }
+            refreshItems(&context)
+        }
+    }
+
+    /// Whether a version-1 source has work that no descriptor shows (a port's messages, possibly
+    /// sent while the loop ran in another mode): it keeps the loop awake, as a Mach port with a
+    /// message does in CoreFoundation.
+    @inline(__always)
+    private func sources1Pending(_ context: RunContext) -> Bool {
+        source1Attention.load(ordering: .sequentiallyConsistent)
+            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
+    }
+
+    /// How the loop waits once it has announced its sleep: not at all (the deadline passed), in
+    /// the kernel with the timerfd armed for the deadline, or on the CPU until a timer is due.
+    private func planSleep(_ context: RunContext) -> SleepPlan {
         let spinWindow = timerSpinNs.load(ordering: .relaxed)
-        let plan = withState { state -> SleepPlan in
+        return withState { state -> SleepPlan in
             let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
             var deadline = min(timerDeadline, context.deadline)
             let now = LoopClock.now()
             guard deadline > now else { return .none }
-            if context.items.needsEpollSet {
+            if context.items.needsInterestSet {
                 deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNanoseconds))
             }
             if spinWindow > 0 && timerDeadline <= context.deadline {
@@ -662,38 +682,12 @@ extension RunLoop {
             if deadline != state.armedDeadline { arm(&state, deadline) }
             return .kernel
         }
-        switch plan {
-        case .none:
-            sleeping.store(false, ordering: .sequentiallyConsistent)
-            if descriptors { pollKernel(&context, waiter) }
-            return
-        case .spin(let until):
-            sleeping.store(false, ordering: .sequentiallyConsistent)
-            spinUntilTimer(until, &context, waiter)
-            return
-        case .kernel:
-            break
-        }
-        let count: Int32
-        do {
-            count = try Syscall.epollWait(
-                context.items.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: -1)
-        } catch {
-            sleeping.store(false, ordering: .sequentiallyConsistent)
-            Diagnostics.error("epoll_wait on \(shortDescription) failed: \(error)")
-            return
-        }
-        sleeping.store(false, ordering: .sequentiallyConsistent)
-        confined.recentCrossThreadWakeUp = collect(count, &context, waiter)
     }
 
     /// The wait of a loop that could not open its kernel descriptors: on a futex, until a wakeup,
     /// the next timer, the run's deadline, or the next attempt to open them.
     private func waitWithoutDescriptors(_ context: inout RunContext, poll: Bool) {
-        let sources1Pending =
-            source1Attention.load(ordering: .sequentiallyConsistent)
-            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
-        if poll || sources1Pending {
+        if poll || sources1Pending(context) {
             _ = consumeWakeUp()
             return
         }
@@ -710,63 +704,47 @@ extension RunLoop {
         _ = consumeWakeUp()
     }
 
-    /// Asks the kernel, without blocking, which of the mode's descriptors are ready.
-    private func pollKernel(_ context: inout RunContext, _ waiter: KernelWaiter) {
-        guard
-            let count = try? Syscall.epollWait(
-                context.items.epollFD, confined.events, capacity: confined.eventCapacity, timeoutMs: 0)
-        else { return }
-        _ = collect(count, &context, waiter)
+    /// Asks the kernel, without blocking, which of the mode's descriptors are ready (nothing to
+    /// ask when the mode watches none: timers are checked against the clock).
+    private func askKernel(_ context: inout RunContext, _ backend: EpollBackend) {
+        guard context.items.hasDescriptors, let set = context.items.interestSet else { return }
+        _ = takeWaitOutcome(backend.wait(in: set, blocking: false, into: &context.scratch.kernelEvents))
     }
 
-    /// Sorts what a wait returned: wakeups (eventfd drained, request consumed), the timer
-    /// (timerfd drained, disarmed), and descriptor events, kept for ``doSources1(_:)``. Returns
-    /// whether another thread's wakeup was among them.
-    private func collect(_ count: Int32, _ context: inout RunContext, _ waiter: KernelWaiter) -> Bool {
-        var wokenByAnotherThread = false
-        for slot in 0..<Int(count) {
-            let event = confined.events[slot]
-            switch event.data.u64 {
-            case KernelWaiter.wakeTag:
-                try? Syscall.drainCounter(waiter.wakeFD)
-                // An exchange, not a store: it synchronizes with the waker, so what it queued
-                // before waking is seen by the phases that follow.
-                _ = consumeWakeUp()
-                wokenByAnotherThread = true
-            case KernelWaiter.timerTag:
-                try? Syscall.drainCounter(waiter.timerFD)
-                state.locked { $0.armedDeadline = LoopClock.never }
-            case let tag:
-                context.scratch.kernelEvents.append((tag, event.events))
-            }
-        }
-        return wokenByAnotherThread
+    /// Takes what a wait found besides descriptor events: a wakeup from another thread (the
+    /// request consumed) and the timer's expiry (the timerfd is disarmed). Returns whether
+    /// another thread woke the loop.
+    private func takeWaitOutcome(_ outcome: EpollBackend.WaitOutcome) -> Bool {
+        // An exchange, not a store: it synchronizes with the waker, so what it queued before
+        // waking is seen by the phases that follow.
+        if outcome.wokenByAnotherThread { _ = consumeWakeUp() }
+        if outcome.timerExpired { state.locked { $0.armedDeadline = LoopClock.never } }
+        return outcome.wokenByAnotherThread
     }
 
     /// Waits on the CPU until `deadline` (a timer's) or a wakeup request, whichever comes first
     /// (see ``RunLoop/timerSpinWindow``). `sleeping` is clear meanwhile, so wakers only set the
-    /// request flag, which this watches.
-    private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ waiter: KernelWaiter) {
-        let descriptors = context.items.hasDescriptors
+    /// request flag, which this watches; the mode's descriptors are asked about every few
+    /// microseconds.
+    private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ backend: EpollBackend) {
         var spins = 0
         while true {
             if wakeRequested.load(ordering: .relaxed) {
                 // An exchange, not a store: it synchronizes with the waker (see wait).
                 _ = consumeWakeUp()
                 confined.recentCrossThreadWakeUp = true
-                if descriptors { pollKernel(&context, waiter) }
+                askKernel(&context, backend)
                 return
             }
             crlk_cpu_relax()
             spins &+= 1
             if spins & 7 == 0, LoopClock.now() >= deadline {
                 confined.recentCrossThreadWakeUp = false
-                if descriptors { pollKernel(&context, waiter) }
+                askKernel(&context, backend)
                 return
             }
-            // The mode's descriptors are asked about every few microseconds meanwhile.
-            if descriptors && spins & 255 == 0 {
-                pollKernel(&context, waiter)
+            if spins & 255 == 0 {
+                askKernel(&context, backend)
                 if !context.scratch.kernelEvents.isEmpty { return }
             }
         }
@@ -841,10 +819,10 @@ extension RunLoop {
                 observerMask: mode.observerMask,
                 timerCount: mode.timerCount,
                 sources1: mode.sources1,
-                epollFD: mode.epollFD >= 0 ? mode.epollFD : (waiter?.epollFD ?? -1),
-                hasDescriptors: !mode.descriptors.isEmpty && mode.epollFD >= 0,
-                needsEpollSet: !mode.descriptors.isEmpty && mode.epollFD < 0,
-                epollSetStale: mode.epollSetStale,
+                interestSet: mode.interestSet,
+                hasDescriptors: !mode.descriptors.isEmpty && mode.interestSet != nil,
+                needsInterestSet: !mode.descriptors.isEmpty && mode.interestSet == nil,
+                interestSetStale: mode.interestSetStale,
                 modeIsCommon: state.isCommon(mode.name)
             )
         }
@@ -954,15 +932,15 @@ struct ModeItems {
     var timerCount = 0
     /// The mode's version-1 sources, in order.
     var sources1: ContiguousArray<any Source1Item> = []
-    /// The epoll set runs in the mode sleep in (the mode's own, or the loop's base set), and
+    /// The mode's own interest set (nil: runs in the mode sleep in the backend's base set), and
     /// whether it holds descriptor sources (then even a poll asks the kernel).
-    var epollFD: Int32 = -1
+    var interestSet: EpollBackend.InterestSet?
     var hasDescriptors = false
-    /// The mode has descriptor sources but no epoll set (it could not be made): retried at each
-    /// wait, and sleeps are cut short to retry.
-    var needsEpollSet = false
-    /// The mode's epoll set must be rebuilt before the next sleep (see `rebuildEpollSet`).
-    var epollSetStale = false
+    /// The mode has descriptor sources but no interest set (it could not be made): retried at
+    /// each wait, and sleeps are cut short to retry.
+    var needsInterestSet = false
+    /// The mode's interest set must be made anew before the next sleep (see `remakeInterestSet`).
+    var interestSetStale = false
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false
@@ -987,10 +965,10 @@ struct RunScratch {
     /// The signalled version-0 sources a pass collected, with their signal times (unretained: the
     /// pass's item snapshot holds them).
     var signalled = ContiguousArray<(source: Unmanaged<RunLoopSource>, stamp: UInt64)>()
-    /// Descriptor events the last wait collected: the source's tag and the epoll bits.
-    var kernelEvents = ContiguousArray<(tag: UInt64, events: UInt32)>()
+    /// Descriptor events the last wait collected: the registration's tag and what it reported.
+    var kernelEvents = ContiguousArray<EpollBackend.Ready>()
     /// The version-1 sources ready this pass, with their events.
-    var readySources1 = ContiguousArray<(item: any Source1Item, events: UInt32)>()
+    var readySources1 = ContiguousArray<(item: any Source1Item, events: FileDescriptorSource.Events)>()
 }
 
 /// A pass's collected due timers while one of their handlers runs: entries from `next` on are
@@ -1033,13 +1011,4 @@ final class LoopThreadState: @unchecked Sendable {
     var blocksTakenByNestedRun = false
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
-    let eventCapacity: Int32 = 64
-    let events: UnsafeMutablePointer<epoll_event>
-
-    init() {
-        events = .allocate(capacity: Int(eventCapacity))
-        events.initialize(repeating: epoll_event(), count: Int(eventCapacity))
-    }
-
-    deinit { events.deallocate() }
 }

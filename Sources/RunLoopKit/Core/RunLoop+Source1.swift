@@ -3,7 +3,8 @@ import Glibc
 import SystemPackage
 
 /// Version-1 sources: adding, removing and the bookkeeping behind ``FileDescriptorSource`` and
-/// ``MessagePort``. The phase that handles them is `doSources1` in RunLoop+Run.swift.
+/// ``MessagePort``. Which descriptors a mode watches is decided here; the kernel calls are
+/// `EpollBackend`'s. The phase that handles them is `doSources1` in RunLoop+Run.swift.
 extension RunLoop {
     // MARK: Descriptor sources
 
@@ -97,7 +98,7 @@ extension RunLoop {
         var owners = state.descriptorOwners[number] ?? []
         // Earlier sources on this number whose descriptor was another file: it was closed and the
         // number reused. Sources on the same file share it (a read and a write source).
-        let reused = owners.filter { $0 !== source && $0.identity != source.identity }
+        let reused = owners.filter { $0 !== source && !$0.identity.isSameFile(as: source.identity) }
         if !reused.isEmpty {
             for earlier in reused { forget(earlier, number: number, &state) }
             owners.removeAll { earlier in reused.contains { $0 === earlier } }
@@ -112,17 +113,17 @@ extension RunLoop {
             return
         }
         let tag = Source1IDs.make()
-        state.modes[index].descriptors[number] = WatchedDescriptor(tag: tag, sources: [source], interest: 0)
+        state.modes[index].descriptors[number] = WatchedDescriptor(tag: tag, sources: [source], interest: [])
         state.modes[index].descriptorNumbers[tag] = number
-        let hadSet = state.modes[index].epollFD >= 0
+        let hadSet = state.modes[index].interestSet != nil
         if !hadSet && state.runningModes.contains(index) {
             // The loop sleeps in its base set (or cannot make this one): woken, it sleeps in the
             // mode's new set, or retries making it.
             state.attentionAfterChange = true
         }
-        guard let epollFD = modeEpoll(index, &state) else { return }
+        guard let set = interestSet(index, &state) else { return }
         // A new set registered every descriptor of the mode, this one included.
-        if hadSet { register(number, index, in: epollFD, &state) }
+        if hadSet { register(number, index, in: set, &state) }
     }
 
     /// Where `item` is or goes in a mode's version-1 sources, kept sorted by (order, id): the order
@@ -155,15 +156,15 @@ extension RunLoop {
             } else {
                 state.modes[index].descriptors[number] = watch
             }
-            state.modes[index].epollSetStale = true
+            state.modes[index].interestSetStale = true
         }
     }
 
-    /// Registers descriptor `number` of the mode at `index` with `epollFD`, for what its sources
-    /// watch. Under the loop's lock.
-    private func register(_ number: Int32, _ index: Int, in epollFD: Int32, _ state: inout LoopState) {
-        guard var watch = state.modes[index].descriptors[number] else { return }
-        // Checked again: the set may be made (or rebuilt) long after the sources joined.
+    /// Registers descriptor `number` of the mode at `index` in `set`, for what its sources watch.
+    /// Under the loop's lock.
+    private func register(_ number: Int32, _ index: Int, in set: EpollBackend.InterestSet, _ state: inout LoopState) {
+        guard var watch = state.modes[index].descriptors[number], let backend else { return }
+        // Checked again: the set may be made (or made anew) long after the sources joined.
         guard watch.sources.first?.stillNamesItsDescriptor() ?? false else {
             for source in watch.sources { source.markClosed(reused: true) }
             state.attentionAfterChange = true
@@ -171,17 +172,8 @@ extension RunLoop {
         }
         watch.interest = watch.wantedInterest
         state.modes[index].descriptors[number] = watch
-        do throws(Errno) {
-            try Syscall.epollControl(epollFD, EPOLL_CTL_ADD, fd: number, events: watch.interest, tag: watch.tag)
-        } catch Errno.fileExists {
-            // A registration of this file and number that could not be deleted: replaced.
-            try? Syscall.epollControl(epollFD, EPOLL_CTL_MOD, fd: number, events: watch.interest, tag: watch.tag)
-        } catch {
-            // EBADF: closed before it could be watched (EPERM, a file epoll cannot watch, is refused
-            // when the source is made); the loop tells the handlers.
-            for source in watch.sources { source.markClosed(reused: false) }
-            state.attentionAfterChange = true
-        }
+        let outcome = backend.watch(number, for: watch.interest, tag: watch.tag, in: set)
+        descriptorNotWatched(outcome, number, watch, &state)
     }
 
     /// Updates the registration of descriptor `number` in the mode at `index` to what its sources
@@ -192,54 +184,58 @@ extension RunLoop {
         guard wanted != watch.interest else { return }
         watch.interest = wanted
         state.modes[index].descriptors[number] = watch
-        let epollFD = state.modes[index].epollFD
-        guard epollFD >= 0 else { return }
-        do throws(Errno) {
-            try Syscall.epollControl(epollFD, EPOLL_CTL_MOD, fd: number, events: wanted, tag: watch.tag)
-        } catch {
-            // EBADF, ENOENT: the descriptor was closed behind the sources' backs.
-            for source in watch.sources { source.markClosed(reused: false) }
-            state.modes[index].epollSetStale = true
-            state.attentionAfterChange = true
-        }
+        guard let set = state.modes[index].interestSet, let backend else { return }
+        let outcome = backend.changeInterest(number, to: wanted, tag: watch.tag, in: set)
+        if outcome != .watching { state.modes[index].interestSetStale = true }
+        descriptorNotWatched(outcome, number, watch, &state)
     }
 
-    /// Makes the mode's epoll set anew from its live registrations: the way to get rid of a
+    /// Tells the sources of a descriptor the backend could not watch: `.closed` for a descriptor
+    /// closed behind their backs; for a refusal (the kernel's memory or `max_user_watches`), an
+    /// error in the log as well. Under the loop's lock.
+    private func descriptorNotWatched(
+        _ outcome: EpollBackend.WatchOutcome, _ number: Int32, _ watch: WatchedDescriptor, _ state: inout LoopState
+    ) {
+        switch outcome {
+        case .watching:
+            return
+        case .closed:
+            break
+        case .failed(let error):
+            state.deferredErrors.append(
+                "\(shortDescription) cannot watch descriptor \(number): epoll_ctl failed with \(error); its sources are told .closed and invalidated"
+            )
+        }
+        for source in watch.sources { source.markClosed(reused: false) }
+        state.attentionAfterChange = true
+    }
+
+    /// Makes the mode's interest set anew from its live registrations: the way to get rid of a
     /// registration that cannot be deleted (`EPOLL_CTL_DEL` names it by number, and the number was
     /// closed while a `dup`, a child process or an `SCM_RIGHTS` message keeps its file open, so
     /// the kernel keeps reporting it). Loop thread, under the loop's lock.
-    func rebuildEpollSet(_ index: Int, _ state: inout LoopState) {
-        state.modes[index].epollSetStale = false
-        let old = state.modes[index].epollFD
-        guard old >= 0 else { return }
-        state.modes[index].epollFD = -1
-        Syscall.close(old)
-        _ = modeEpoll(index, &state)
+    func remakeInterestSet(_ index: Int, _ state: inout LoopState) {
+        state.modes[index].interestSetStale = false
+        guard let old = state.modes[index].interestSet, let backend else { return }
+        state.modes[index].interestSet = nil
+        backend.closeSet(old)
+        _ = interestSet(index, &state)
     }
 
-    /// The epoll set of the mode at `index`, made on first use with every descriptor source the
+    /// The interest set of the mode at `index`, made on first use with every descriptor source the
     /// mode has (some may have joined while it could not be made). Under the loop's lock.
-    func modeEpoll(_ index: Int, _ state: inout LoopState) -> Int32? {
-        if state.modes[index].epollFD >= 0 { return state.modes[index].epollFD }
-        guard let waiter else { return nil }
+    func interestSet(_ index: Int, _ state: inout LoopState) -> EpollBackend.InterestSet? {
+        if let set = state.modes[index].interestSet { return set }
+        guard let backend else { return nil }
         do throws(Errno) {
-            let epollFD = try Syscall.epollCreate()
-            do throws(Errno) {
-                try Syscall.epollAdd(
-                    epollFD, fd: waiter.wakeFD, events: UInt32(CRLK_EPOLLIN), tag: KernelWaiter.wakeTag)
-                try Syscall.epollAdd(
-                    epollFD, fd: waiter.timerFD, events: UInt32(CRLK_EPOLLIN), tag: KernelWaiter.timerTag)
-            } catch {
-                Syscall.close(epollFD)
-                throw error
-            }
-            state.modes[index].epollFD = epollFD
-            state.modes[index].epollSetFailed = false
-            for number in Array(state.modes[index].descriptors.keys) { register(number, index, in: epollFD, &state) }
-            return epollFD
+            let set = try backend.makeSet()
+            state.modes[index].interestSet = set
+            state.modes[index].interestSetFailed = false
+            for number in Array(state.modes[index].descriptors.keys) { register(number, index, in: set, &state) }
+            return set
         } catch {
-            if !state.modes[index].epollSetFailed {
-                state.modes[index].epollSetFailed = true
+            if !state.modes[index].interestSetFailed {
+                state.modes[index].interestSetFailed = true
                 state.deferredErrors.append(
                     "could not make an epoll set for mode \(state.modes[index].name) of \(shortDescription): \(error); its descriptor sources are watched once it can be made (retried while the loop runs in the mode)"
                 )
@@ -269,12 +265,12 @@ extension RunLoop {
         }
         state.modes[index].descriptors[number] = nil
         state.modes[index].descriptorNumbers[watch.tag] = nil
-        let epollFD = state.modes[index].epollFD
-        guard epollFD >= 0, !source.numberReused.load(ordering: .relaxed) else { return }
-        // A failure (the number closed already) is fine if the file is closed too: the kernel
-        // dropped the registration. If the file lives on elsewhere, its events come with a tag
-        // the mode no longer knows, and the set is rebuilt then (see doSources1).
-        try? Syscall.epollControl(epollFD, EPOLL_CTL_DEL, fd: number, events: 0, tag: 0)
+        guard let set = state.modes[index].interestSet, let backend, !source.numberReused.load(ordering: .relaxed)
+        else { return }
+        // Not deleted (the number was closed already): fine if the file is closed too. If it
+        // lives on elsewhere, its events come with a tag the mode no longer knows, and the set is
+        // made anew then (see doSources1).
+        backend.unwatch(number, in: set)
     }
 
     func removeSource1(_ item: any Source1Item, forMode mode: Mode) {
@@ -347,7 +343,7 @@ extension RunLoop {
     func descriptorFoundClosed(_ source: FileDescriptorSource) {
         mutatingItems { state in
             for index in state.modes.indices where state.modes[index].descriptors[source.descriptor] != nil {
-                state.modes[index].epollSetStale = true
+                state.modes[index].interestSetStale = true
             }
         }
     }

@@ -2,6 +2,7 @@ import CRunLoopKit
 import Glibc
 import Logging
 import Synchronization
+import SystemPackage
 
 /// A thread's event loop, with CoreFoundation's semantics (CFRunLoop / NSRunLoop), for Linux.
 ///
@@ -25,20 +26,20 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let state = Mutex(LoopState())
     /// The kernel side, set once the loop's descriptors could be opened (normally at creation;
     /// a loop made while the process was out of descriptors retries at each run and each wait,
-    /// and until then sleeps on ``futexWord``).
-    let waiterSlot = AtomicLazyReference<KernelWaiter>()
-    /// The descriptors opened when the loop was made (the usual case): a `let`, which the hot
-    /// paths read without reference counting.
-    private let initialWaiter: KernelWaiter?
+    /// and until then sleeps on ``futex``).
+    let backendSlot = AtomicLazyReference<EpollBackend>()
+    /// The backend opened when the loop was made (the usual case): a `let`, which the hot paths
+    /// read without reference counting.
+    private let initialBackend: EpollBackend?
     /// The kernel side; nil while the loop's descriptors cannot be opened.
     @inline(__always)
-    var waiter: KernelWaiter? { initialWaiter ?? waiterSlot.load() }
+    var backend: EpollBackend? { initialBackend ?? backendSlot.load() }
     /// Whether the loop has its kernel descriptors, without taking a reference (every pass asks).
     @inline(__always)
-    var hasKernelDescriptors: Bool { initialWaiter != nil || waiterSlot.load() != nil }
+    var hasKernelDescriptors: Bool { initialBackend != nil || backendSlot.load() != nil }
     /// Where a loop without kernel descriptors sleeps.
     let futex = FutexWord()
-    /// The loop sleeps on ``futexWord``, not in epoll: wakers post the futex.
+    /// The loop sleeps on ``futex``, not in epoll: wakers post the futex.
     let sleepsOnFutex = Atomic<Bool>(false)
     /// `crlk_fork_generation()` when the loop was made: a loop made before a fork(2) shares its
     /// descriptors with the parent and must not be used in the child.
@@ -89,9 +90,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         crlk_watch_forks()
         self.forkGeneration = crlk_fork_generation()
         do {
-            initialWaiter = try KernelWaiter()
+            initialBackend = try EpollBackend(ownerTID: ownerTID)
         } catch {
-            initialWaiter = nil
+            initialBackend = nil
             reportMissingDescriptors(error)
         }
     }
@@ -113,7 +114,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     func openKernelDescriptors() -> Bool {
         if hasKernelDescriptors { return true }
         do {
-            _ = waiterSlot.storeIfNil(try KernelWaiter())
+            _ = backendSlot.storeIfNil(try EpollBackend(ownerTID: ownerTID))
             sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
             // The timerfd starts disarmed; the next wait arms it for what is due. Through
             // mutatingItems: a run in progress must re-read its items, which name the epoll set.
@@ -226,9 +227,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
                 state.modes[index].sources1.removeAll()
                 state.modes[index].descriptors.removeAll()
                 state.modes[index].descriptorNumbers.removeAll()
-                if state.modes[index].epollFD >= 0 {
-                    Syscall.close(state.modes[index].epollFD)
-                    state.modes[index].epollFD = -1
+                if let set = state.modes[index].interestSet {
+                    backend?.closeSet(set)
+                    state.modes[index].interestSet = nil
                 }
             }
             for item in state.commonSources1 where !sources1.contains(where: { $0 === item }) { sources1.append(item) }
@@ -267,7 +268,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         blocksClosed.store(true, ordering: .releasing)
         inbox.removeAll()
         confined.blocks.removeAll()
-        waiter?.close()
+        backend?.close()
     }
 
     // MARK: Modes
@@ -541,16 +542,19 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Arms the timerfd for `deadline`. Called with the loop's lock held, which orders the arming
     /// done by the loop's thread and by other threads.
     func arm(_ state: inout LoopState, _ deadline: Int64) {
-        guard let waiter else {
+        guard let backend else {
             // Sleeping on the futex, without a timerfd: woken to compute its sleep again.
             state.wakeAfterChange = true
             return
         }
-        do {
-            try Syscall.armTimer(waiter.timerFD, deadlineNs: deadline)
+        do throws(Errno) {
+            try backend.arm(deadlineNs: deadline == LoopClock.never ? nil : deadline)
             state.armedDeadline = deadline
         } catch {
-            state.deferredErrors.append("timerfd_settime on \(shortDescription) failed: \(error)")
+            // Not expected (the deadline is within timerfd's range); the loop then wakes to look
+            // at its timers again rather than sleep past them.
+            state.deferredErrors.append("timerfd_settime on \(shortDescription) failed: \(error); the loop wakes to retry")
+            state.wakeAfterChange = true
         }
     }
 
@@ -727,7 +731,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         if sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
             futex.post()
         } else {
-            waiter?.signal()
+            backend?.signal()
         }
     }
 

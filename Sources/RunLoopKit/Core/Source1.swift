@@ -25,10 +25,10 @@ protocol Source1Item: AnyObject, Sendable {
     /// Whether it has something to deliver that did not come from its own epoll events (queued
     /// messages; a descriptor found closed). Any thread.
     var needsAttention: Bool { get }
-    /// Delivers what is ready, on the loop's thread: `kernelEvents` are the epoll events the last
-    /// wait reported for it (0 if none). With `onlyOne`, delivers at most one callout. Returns
+    /// Delivers what is ready, on the loop's thread: `events` are what the last wait reported for
+    /// its descriptor (empty if none). With `onlyOne`, delivers at most one callout. Returns
     /// whether a callout ran.
-    func perform(kernelEvents: UInt32, onlyOne: Bool, on loop: RunLoop) -> Bool
+    func perform(events: FileDescriptorSource.Events, onlyOne: Bool, on loop: RunLoop) -> Bool
     /// The descriptor source behind it, if it is one.
     var descriptorSource: FileDescriptorSource? { get }
     /// Stops it for good, as its public `invalidate()` does: when its loop's thread exits, or when
@@ -36,8 +36,9 @@ protocol Source1Item: AnyObject, Sendable {
     func invalidateItem()
 }
 
-/// Ids for version-1 sources, never reused; above the kernel waiter's own tags.
+/// Ids for version-1 sources (and tags for their registrations), never reused; above the
+/// backend's own tags.
 enum Source1IDs {
-    private static let next = Atomic<UInt64>(16)
+    private static let next = Atomic<UInt64>(EpollBackend.firstCallerTag)
     static func make() -> UInt64 { next.add(1, ordering: .relaxed).newValue }
 }

@@ -1,4 +1,5 @@
 import CRunLoopKit
+import SystemPackage
 // Links libdispatch (the module map's `link "dispatch"`), which exports the `_4CF` entry points
 // declared in CRunLoopKit.h.
 import Dispatch
@@ -101,7 +102,11 @@ enum MainQueueDrain {
             )
             return
         }
-        try? Syscall.drainCounter(source.descriptor)
+        do throws(Errno) { try Counter.drain(source.descriptor, .caller) } catch {
+            // Not expected (the eventfd was reported readable); libdispatch's queue is drained
+            // anyway, and the next wait reports the eventfd again if it is still set.
+            Diagnostics.error("reading libdispatch's main-queue descriptor \(source.descriptor) failed: \(error)")
+        }
         // The handler runs only on the main loop's thread, in one of its runs: RunLoop.main exists.
         let loop = RunLoop.main
         loop.remove(source, forMode: .common)

@@ -1,6 +1,7 @@
 import CRunLoopKit
 import Glibc
 import Synchronization
+import RunLoopKit
 import SystemPackage
 
 /// A TCP echo server whose listening socket and client sockets are ``FileDescriptorSource``s on
@@ -167,7 +168,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
         do throws(Errno) {
             boundPort = try EchoSocket.localPort(fd)
         } catch {
-            Syscall.close(fd)
+            Socket.close(fd)
             throw error
         }
         self.port = boundPort
@@ -180,21 +181,21 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
                 self?.handleListener(source, events)
             }
         } catch {
-            Syscall.close(fd)
+            Socket.close(fd)
             throw error
         }
-        state.locked { $0.listener = listener }
+        state.withLock { $0.listener = listener }
         loop.add(listener, forMode: mode)
     }
 
     deinit {
         stop()
-        state.locked { $0.scratch }.deallocate()
+        state.withLock { $0.scratch }.deallocate()
     }
 
     /// Whether the server is listening: neither stopped nor its listener lost.
     public var isRunning: Bool {
-        state.locked { !$0.stopped && $0.listener != nil }
+        state.withLock { !$0.stopped && $0.listener != nil }
     }
 
     /// The server's counters so far (any thread).
@@ -219,7 +220,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
     /// is closed; a handler already running on the loop's thread finishes its system calls first.
     /// Connections closed by `stop()` are not reported to the `onEvent` observer.
     public func stop() {
-        let (sources, retryTimer) = state.locked { state -> ([FileDescriptorSource], RunLoopTimer?) in
+        let (sources, retryTimer) = state.withLock { state -> ([FileDescriptorSource], RunLoopTimer?) in
             guard !state.stopped else { return ([], nil) }
             state.stopped = true
             var sources = state.connections.values.map(\.source)
@@ -243,7 +244,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
     /// The listener's handler: accepts what is waiting (up to a batch) and adds a source for each.
     private func handleListener(_ listener: FileDescriptorSource, _ events: FileDescriptorSource.Events) {
         var report: [Event] = []
-        state.locked { state in
+        state.withLock { state in
             guard !state.stopped, state.listener === listener else { return }
             if !events.isDisjoint(with: [.error, .hangUp, .closed]) {
                 // The listening socket failed; the loop invalidates its source after this handler.
@@ -254,7 +255,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
             for _ in 0..<Self.acceptBatch {
                 let fd: Int32
                 do throws(Errno) {
-                    fd = try Syscall.retryingOnInterrupt {
+                    fd = try Socket.retryingOnInterrupt {
                         crlk_accept4(
                             listener.descriptor, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
                     }
@@ -281,7 +282,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
                         self?.handleConnection(id, source, events)
                     }
                 } catch {
-                    Syscall.close(fd)
+                    Socket.close(fd)
                     continue
                 }
                 state.connections[id] = Connection(source: source)
@@ -300,7 +301,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
         _ id: ConnectionID, _ source: FileDescriptorSource, _ events: FileDescriptorSource.Events
     ) {
         var report: [Event] = []
-        state.locked { state in
+        state.withLock { state in
             guard !state.stopped, let index = state.connections.index(forKey: id) else { return }
             let outcome = service(&state.connections.values[index], events, state.scratch)
             if outcome.received > 0 {
@@ -339,7 +340,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
             !events.isDisjoint(with: [.readable, .hangUp, .error])
         {
             do throws(Errno) {
-                let count = try Syscall.retryingOnInterrupt { recv(fd, scratch.baseAddress, scratch.count, 0) }
+                let count = try Socket.retryingOnInterrupt { recv(fd, scratch.baseAddress, scratch.count, 0) }
                 if count == 0 {
                     connection.inputClosed = true
                 } else {
@@ -385,7 +386,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
 
     /// The pause timer's handler: watches the listener again.
     private func resumeAccepting() {
-        state.locked { state in
+        state.withLock { state in
             state.acceptRetry = nil
             guard !state.stopped, let listener = state.listener else { return }
             listener.watchedEvents = .readable
@@ -495,24 +496,24 @@ enum EchoSocket {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { throw .invalidArgument }
-        let fd = try Syscall.retryingOnInterrupt {
+        let fd = try Socket.retryingOnInterrupt {
             socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
         }
         do throws(Errno) {
             var on: Int32 = 1
-            _ = try Syscall.retryingOnInterrupt {
+            _ = try Socket.retryingOnInterrupt {
                 setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
             }
-            _ = try Syscall.retryingOnInterrupt {
+            _ = try Socket.retryingOnInterrupt {
                 withUnsafePointer(to: &address) { pointer in
                     pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                         bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
                     }
                 }
             }
-            _ = try Syscall.retryingOnInterrupt { Glibc.listen(fd, backlog) }
+            _ = try Socket.retryingOnInterrupt { Glibc.listen(fd, backlog) }
         } catch {
-            Syscall.close(fd)
+            Socket.close(fd)
             throw error
         }
         return fd
@@ -522,7 +523,7 @@ enum EchoSocket {
     static func localPort(_ fd: Int32) throws(Errno) -> UInt16 {
         var address = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = try Syscall.retryingOnInterrupt {
+        _ = try Socket.retryingOnInterrupt {
             withUnsafeMutablePointer(to: &address) { pointer in
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
             }
@@ -553,7 +554,7 @@ enum EchoSocket {
         guard !bytes.isEmpty else { return .success(0) }
         do throws(Errno) {
             return .success(
-                try Syscall.retryingOnInterrupt { Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) })
+                try Socket.retryingOnInterrupt { Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) })
         } catch {
             return error == .wouldBlock ? .success(0) : .failure(error)
         }
