@@ -2,12 +2,6 @@ import CRunLoopKit
 import Glibc
 import Synchronization
 
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
-
 /// A thread whose run loop stays alive to take tasks, stops cleanly, and never leaks: the seeds'
 /// thread keep-alive (线程保活, ZXYPermenantThread / LBPPermenantThread), done properly.
 ///
@@ -212,7 +206,8 @@ final class PermanentThreadCore: Sendable {
         loop.add(keepAlive, forMode: .default)
         started.set(Started(loop: loop, tid: tid))
         while !stopped.load(ordering: .acquiring) {
-            loop.run(mode: .default, before: .distantFuture)
+            // `run(mode: .default, before: .distantFuture)`: runs until a source is handled.
+            loop.run(mode: .default, for: .seconds(1e10), returnAfterSourceHandled: true)
         }
         keepAlive.invalidate()
         // Returning ends the thread; its loop is torn down by the thread-exit hook.
@@ -241,7 +236,7 @@ final class PermanentThreadCore: Sendable {
     private func finish(_ loop: RunLoop) {
         stopped.store(true, ordering: .releasing)
         loop.stop()
-        if loop.state.locked({ $0.runningModes.count }) > 1 {
+        if loop.runDepth > 1 {
             loop.perform(inModes: Self.taskModes) { [self] in finish(loop) }
         }
     }

@@ -15,14 +15,17 @@ import Synchronization
 ///
 /// The first ``set(_:)`` wins; later ones do nothing. The value is written and read under a lock
 /// (announced to ThreadSanitizer, see `Mutex.locked`), and a semaphore wakes the waiters.
-final class OneShot<Value: Sendable>: Sendable {
+package final class OneShot<Value: Sendable>: Sendable {
     private let slot = Mutex<Value?>(nil)
     private let ready = DispatchSemaphore(value: 0)
+
+    /// An empty slot.
+    package init() {}
 
     /// Stores `value` and wakes the waiters, unless a value was set already. Returns whether this
     /// call set it.
     @discardableResult
-    func set(_ value: Value) -> Bool {
+    package func set(_ value: Value) -> Bool {
         let first = slot.locked { slot -> Bool in
             guard slot == nil else { return false }
             slot = value
@@ -33,15 +36,24 @@ final class OneShot<Value: Sendable>: Sendable {
     }
 
     /// Blocks the calling thread until a value is set, and returns it.
-    func wait() -> Value {
+    package func wait() -> Value {
         ready.wait()
         ready.signal()  // passes the wakeup on to the next waiter
+        return slot.locked { $0! }
+    }
+
+    /// Blocks the calling thread until a value is set or `timeout` passes; returns the value, or
+    /// nil on timeout.
+    package func wait(timeout: Duration) -> Value? {
+        let nanoseconds = max(0, min(timeout.saturatedNanoseconds, Int64(Int.max)))
+        guard ready.wait(timeout: .now() + .nanoseconds(Int(nanoseconds))) == .success else { return nil }
+        ready.signal()
         return slot.locked { $0! }
     }
 }
 
 /// What became of a block a thread waits for.
-enum BlockOutcome<Value: Sendable>: Sendable {
+package enum BlockOutcome<Value: Sendable>: Sendable {
     /// The block ran and produced this value.
     case ran(Value)
     /// The loop dropped the block without running it (its thread exited).
@@ -56,13 +68,16 @@ enum BlockOutcome<Value: Sendable>: Sendable {
 /// completion.noticeDrop(by: loop)
 /// switch completion.wait() { case .ran(let value): ...; case .dropped: ... }
 /// ```
-final class BlockCompletion<Value: Sendable>: Sendable {
+package final class BlockCompletion<Value: Sendable>: Sendable {
     private let outcome = OneShot<BlockOutcome<Value>>()
+
+    /// A completion not yet delivered.
+    package init() {}
 
     /// Wraps `body` into the block to queue: running it delivers the body's value; destroying it
     /// without running it (the loop drops blocks once its thread has exited) delivers
     /// ``BlockOutcome/dropped``.
-    func block(_ body: @escaping @Sendable () -> Value) -> @Sendable () -> Void {
+    package func block(_ body: @escaping @Sendable () -> Value) -> @Sendable () -> Void {
         let token = DropToken(self)
         return { token.completion.outcome.set(.ran(body())) }
     }
@@ -75,12 +90,15 @@ final class BlockCompletion<Value: Sendable>: Sendable {
     /// the teardown dropped the block (and its token reported it), or the push came later, after
     /// the teardown set `blocksClosed`, which this load then sees. A block that ran did so before
     /// the teardown, on the loop's thread, and its value was set first.
-    func noticeDrop(by loop: RunLoop) {
+    package func noticeDrop(by loop: RunLoop) {
         if loop.blocksClosed.load(ordering: .acquiring) { outcome.set(.dropped) }
     }
 
     /// Blocks the calling thread until the block has run or has been dropped.
-    func wait() -> BlockOutcome<Value> { outcome.wait() }
+    package func wait() -> BlockOutcome<Value> { outcome.wait() }
+
+    /// Blocks until the block ran or was dropped, or `timeout` passed (nil).
+    package func wait(timeout: Duration) -> BlockOutcome<Value>? { outcome.wait(timeout: timeout) }
 
     /// Captured by the block and destroyed with it.
     private final class DropToken: Sendable {

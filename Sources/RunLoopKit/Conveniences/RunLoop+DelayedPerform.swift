@@ -126,7 +126,12 @@ extension RunLoop {
     }
 
     /// How many delayed performs on this loop are pending.
-    public var pendingPerformRequestCount: Int { performRequests.pendingCount }
+    public var pendingPerformRequestCount: Int { attachments.existing(PerformRequestRegistry.self)?.pendingCount ?? 0 }
+
+    /// The loop's delayed-perform registry, made with the first request.
+    var performRequests: PerformRequestRegistry {
+        attachments.object(PerformRequestRegistry.self) { PerformRequestRegistry() }
+    }
 }
 
 /// A delayed perform's state and block, shared by its handle and its timer's handler.

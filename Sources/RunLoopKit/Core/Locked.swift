@@ -10,7 +10,7 @@ extension Mutex where Value: ~Copyable {
     /// `--sanitize=thread`), so the sanitizer sees the ordering the mutex really provides. Every
     /// lock in RunLoopKit is taken through this method.
     @inline(__always)
-    borrowing func locked<Result: ~Copyable, E: Error>(
+    package borrowing func locked<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
         // The mutex's own address names the lock for the sanitizer: taking it reads no guarded

@@ -3,12 +3,6 @@ import DequeModule
 import Glibc
 import SystemPackage
 
-#if canImport(FoundationEssentials)
-import FoundationEssentials
-#else
-import Foundation
-#endif
-
 // The run algorithm, in one place. It follows CoreFoundation's __CFRunLoopRun (the seeds'
 // pseudo-code):
 //
@@ -52,6 +46,7 @@ extension RunLoop {
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
         // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
         guard let modeIndex = state.locked({ $0.modeIndex[mode] }), !isEmpty(modeIndex, mode) else {
+            noteEmptyModeRun(mode)
             return .finished
         }
         state.locked { $0.runningModes.append(modeIndex) }
@@ -78,27 +73,19 @@ extension RunLoop {
         }
     }
 
-    /// The time from now until `date`, for the `Date` entry points. A date in the past, and NaN
-    /// (no date at all, which CoreFoundation would take as "forever"), give zero: one pass that
-    /// does not sleep. Dates beyond the clock's range (`Date.distantFuture` is well within it; an
-    /// infinite date or `1e30` s is not) mean no limit.
-    static func timeout(until date: Date) -> Duration {
-        let seconds = date.timeIntervalSinceNow
-        guard seconds > 0 else { return .zero }  // NaN compares false
-        guard seconds < 1e12 else { return .seconds(Int64.max) }  // saturates to "never"
-        return .seconds(seconds)
-    }
-
     /// Runs in ``Mode/default`` until `deadline` (NSRunLoop's `runUntilDate:`): repeats
     /// ``run(mode:before:)``, so ``stop()`` ends only the current pass, not the whole call; it returns
-    /// early only when the mode has nothing to do. A NaN date makes one pass; an infinite date
-    /// runs until the mode is empty.
+    /// early only when the mode has nothing to do. A deadline in the past makes one pass.
+    ///
+    /// ```swift
+    /// loop.run(until: .now + .seconds(2))
+    /// ```
     ///
     /// - Precondition: Called on the loop's own thread.
-    public func run(until deadline: Date) {
+    public func run(until deadline: ContinuousClock.Instant) {
         repeat {
-            if !run(mode: .default, before: deadline) { break }
-        } while deadline.timeIntervalSinceNow > 0
+            if !runOnce(mode: .default, for: Self.timeout(until: deadline)) { break }
+        } while Self.timeout(until: deadline) > .zero
     }
 
     /// Runs once in `mode` until `deadline` or until a source is handled (NSRunLoop's
@@ -107,24 +94,43 @@ extension RunLoop {
     ///
     /// - Precondition: Called on the loop's own thread.
     @discardableResult
-    public func run(mode: Mode, before deadline: Date) -> Bool {
-        preconditionOnOwnThread("run(mode:before:)")
-        if mode == .common {
-            warnCommonRunOnce()
-            return false
-        }
-        guard let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else { return false }
-        run(mode: mode, for: Self.timeout(until: deadline), returnAfterSourceHandled: true)
-        return true
+    public func run(mode: Mode, before deadline: ContinuousClock.Instant) -> Bool {
+        runOnce(mode: mode, for: Self.timeout(until: deadline))
     }
 
     /// Runs once in `mode` until `deadline` or until a source is handled (NSRunLoop's
     /// `acceptInputForMode:beforeDate:`).
     ///
     /// - Precondition: Called on the loop's own thread.
-    public func acceptInput(mode: Mode, before deadline: Date) {
+    public func acceptInput(mode: Mode, before deadline: ContinuousClock.Instant) {
+        acceptInputOnce(mode: mode, for: Self.timeout(until: deadline))
+    }
+
+    /// The time from now until `deadline`; negative once it has passed (a run then makes one pass
+    /// without sleeping).
+    static func timeout(until deadline: ContinuousClock.Instant) -> Duration {
+        .nanoseconds(LoopClock.nanoseconds(deadline).subtractingSaturated(LoopClock.now()))
+    }
+
+    /// `runMode:beforeDate:` for a timeout: the one implementation behind both deadline types.
+    func runOnce(mode: Mode, for timeout: Duration) -> Bool {
+        preconditionOnOwnThread("run(mode:before:)")
+        if mode == .common {
+            warnCommonRunOnce()
+            return false
+        }
+        guard let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else {
+            noteEmptyModeRun(mode)
+            return false
+        }
+        run(mode: mode, for: timeout, returnAfterSourceHandled: true)
+        return true
+    }
+
+    /// `acceptInputForMode:beforeDate:` for a timeout.
+    func acceptInputOnce(mode: Mode, for timeout: Duration) {
         preconditionOnOwnThread("acceptInput(mode:before:)")
-        run(mode: mode, for: Self.timeout(until: deadline), returnAfterSourceHandled: true)
+        run(mode: mode, for: timeout, returnAfterSourceHandled: true)
     }
 
     // MARK: The passes
@@ -890,6 +896,16 @@ extension RunLoop {
     private func consumeStop(_ context: RunContext) -> Bool {
         stopRequest.load(ordering: .relaxed) == context.id
             && stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .acquiring).exchanged
+    }
+
+    /// With `RUNLOOPKIT_DEBUG=1`, logs a run that returned at once because its mode is empty: the
+    /// usual cause of a keep-alive thread that exits at once (seed 000's `[runLoop run]` without a
+    /// port), which CoreFoundation returns from silently.
+    func noteEmptyModeRun(_ mode: Mode) {
+        guard Diagnostics.debugEnabled else { return }
+        Diagnostics.warning(
+            "\(shortDescription) was asked to run in mode \(mode.rawValue), which has no sources, timers or blocks; the run returns .finished at once (add a source, a port or a timer to keep the loop alive)"
+        )
     }
 
     private func warnCommonRunOnce() {

@@ -80,8 +80,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let source1Attention = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
-    /// Pending delayed performs, for ``cancelPerformRequests()`` (Conveniences/RunLoop+DelayedPerform.swift).
-    let performRequests = PerformRequestRegistry()
+    /// Per-loop objects of the layers above the core (see ``LoopAttachments``).
+    let attachments = LoopAttachments()
 
     private init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
         self.ownerTID = ownerTID
@@ -132,11 +132,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     // MARK: Loops and threads
 
-    /// The calling thread's loop, created on first use.
+    /// The calling thread's loop, made on first use; on the main thread, `mainLoop()` (the public
+    /// door, ``current``, lives with the main-queue integration, which sets the main loop up).
     ///
     /// In a process made by `fork()`, the thread's loop is a new one: a loop made before the fork
-    /// shares its kernel descriptors with the parent (see <doc:FailureModes>).
-    public static var current: RunLoop {
+    /// shares its kernel descriptors with the parent.
+    static func loopOfCurrentThread(mainLoop: () -> RunLoop) -> RunLoop {
         if let raw = pthread_getspecific(ThreadLoops.key) {
             let loop = Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
             if !loop.isFromBeforeFork { return loop }
@@ -145,18 +146,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         }
         let loop =
             crlk_is_main_thread()
-            ? main : RunLoop(ownerTID: crlk_gettid(), ownerName: ThreadLoops.currentName(), isMainLoop: false)
+            ? mainLoop() : RunLoop(ownerTID: crlk_gettid(), ownerName: ThreadLoops.currentName(), isMainLoop: false)
         pthread_setspecific(ThreadLoops.key, Unmanaged.passRetained(loop).toOpaque())
         return loop
     }
 
-    /// The main thread's loop, reachable from any thread (it runs only on the main thread).
-    ///
-    /// Running in a common mode, it serves `DispatchQueue.main` and so `@MainActor` jobs, as
-    /// CoreFoundation's main loop does, and the main queue keeps its common modes from being empty
-    /// (see <doc:MainQueue>). In a process made by `fork()` it is a new loop, which does not serve
-    /// the main queue (libdispatch cannot be used in a forked child).
-    public static var main: RunLoop { MainLoopSlot.loop() }
+    /// How many runs of the loop are in progress (nested runs count each). Any thread.
+    package var runDepth: Int { state.locked { $0.runningModes.count } }
 
     /// Whether the loop was made before this process was forked (so it belongs to the parent).
     @inline(__always)
@@ -701,7 +697,14 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// while the loop is not running is dropped, as in CoreFoundation.
     public func stop() {
         let run = innermostRun.load(ordering: .acquiring)
-        guard run != 0 else { return }
+        guard run != 0 else {
+            if Diagnostics.debugEnabled {
+                Diagnostics.warning(
+                    "stop() on \(shortDescription), which is not running: dropped, as CoreFoundation drops it (to stop a keep-alive loop, perform { loop.stop() } on it, or clear its keep-running flag)"
+                )
+            }
+            return
+        }
         stopRequest.store(run, ordering: .releasing)
         // CFRunLoopStop wakes the loop as CFRunLoopWakeUp does; a pass in progress ends with the
         // stop at its end in any case.
@@ -753,16 +756,17 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 enum MainLoopSlot {
     private static let slot = Atomic<UInt>(0)
 
-    static func loop() -> RunLoop {
+    /// The main loop; `setUp` runs once on a new one, on the thread that made it.
+    static func loop(setUp: (RunLoop) -> Void) -> RunLoop {
         let raw = slot.load(ordering: .acquiring)
         if raw != 0 {
             let loop = Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: raw)!).takeUnretainedValue()
             if !loop.isFromBeforeFork { return loop }
         }
-        return make(replacing: raw)
+        return make(replacing: raw, setUp: setUp)
     }
 
-    private static func make(replacing old: UInt) -> RunLoop {
+    private static func make(replacing old: UInt, setUp: (RunLoop) -> Void) -> RunLoop {
         let loop = RunLoop.makeMain()
         let new = UInt(bitPattern: Unmanaged.passRetained(loop).toOpaque())
         let (exchanged, current) = slot.compareExchange(
@@ -772,8 +776,7 @@ enum MainLoopSlot {
             return Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: current)!).takeUnretainedValue()
         }
         // The replaced loop (the parent's, in a forked child) is left alone, as `current` does.
-        // libdispatch's main queue cannot be used in a forked child.
-        if crlk_fork_generation() == 0 { loop.attachMainDispatchQueue() }  // Integration/MainQueue.swift
+        setUp(loop)
         return loop
     }
 }
@@ -816,6 +819,13 @@ enum ThreadLoops {
 
 /// Log messages of the library, through swift-log (`Logger(label: "RunLoopKit")`).
 enum Diagnostics {
+    /// `RUNLOOPKIT_DEBUG=1` in the environment: misuse that is legal in CoreFoundation and silent
+    /// there (a run of an empty mode, a dropped `stop()`) is logged too. Read once.
+    static let debugEnabled: Bool = {
+        guard let value = getenv("RUNLOOPKIT_DEBUG") else { return false }
+        return String(cString: value) == "1"
+    }()
+
     static func warning(_ message: @autoclosure () -> String) {
         Logger(label: "RunLoopKit").warning("\(message())")
     }

@@ -53,17 +53,31 @@ extension RunLoop {
         return source.isValid && contains(source, inMode: .common)
     }
 
-    /// Adds the main queue's source to the common modes. Called once, by the initializer of
-    /// ``RunLoop/main``, on whichever thread first asks for the main loop: the source's handler
-    /// runs only where the main loop runs, on the main thread.
-    func attachMainDispatchQueue() {
-        guard isMainLoop, let source = MainQueueDrain.source else { return }
-        add(source, forMode: .common)
-    }
+    /// The calling thread's loop, created on first use.
+    ///
+    /// In a process made by `fork()`, the thread's loop is a new one: a loop made before the fork
+    /// shares its kernel descriptors with the parent (see <doc:FailureModes>).
+    public static var current: RunLoop { loopOfCurrentThread(mainLoop: { main }) }
+
+    /// The main thread's loop, reachable from any thread (it runs only on the main thread).
+    ///
+    /// Running in a common mode, it serves `DispatchQueue.main` and so `@MainActor` jobs, as
+    /// CoreFoundation's main loop does, and the main queue keeps its common modes from being empty
+    /// (see <doc:MainQueue>). In a process made by `fork()` it is a new loop, which does not serve
+    /// the main queue (libdispatch cannot be used in a forked child).
+    public static var main: RunLoop { MainLoopSlot.loop(setUp: MainQueueDrain.attach) }
 }
 
 /// The main queue's version-1 source and its handler.
 enum MainQueueDrain {
+    /// Adds the main queue's source to a new main loop's common modes. Runs once per main loop,
+    /// on whichever thread first asks for it: the source's handler runs only where the main loop
+    /// runs, on the main thread. Not in a child of fork(), where libdispatch cannot be used.
+    static func attach(to loop: RunLoop) {
+        guard crlk_fork_generation() == 0, let source else { return }
+        loop.add(source, forMode: .common)
+    }
+
     /// The source on libdispatch's main-queue eventfd, or nil where libdispatch has none.
     ///
     /// Order `Int.min`: it is handled before the mode's other version-1 sources, right after the

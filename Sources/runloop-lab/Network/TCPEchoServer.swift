@@ -184,18 +184,18 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
             Socket.close(fd)
             throw error
         }
-        state.withLock { $0.listener = listener }
+        state.locked { $0.listener = listener }
         loop.add(listener, forMode: mode)
     }
 
     deinit {
         stop()
-        state.withLock { $0.scratch }.deallocate()
+        state.locked { $0.scratch }.deallocate()
     }
 
     /// Whether the server is listening: neither stopped nor its listener lost.
     public var isRunning: Bool {
-        state.withLock { !$0.stopped && $0.listener != nil }
+        state.locked { !$0.stopped && $0.listener != nil }
     }
 
     /// The server's counters so far (any thread).
@@ -220,7 +220,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
     /// is closed; a handler already running on the loop's thread finishes its system calls first.
     /// Connections closed by `stop()` are not reported to the `onEvent` observer.
     public func stop() {
-        let (sources, retryTimer) = state.withLock { state -> ([FileDescriptorSource], RunLoopTimer?) in
+        let (sources, retryTimer) = state.locked { state -> ([FileDescriptorSource], RunLoopTimer?) in
             guard !state.stopped else { return ([], nil) }
             state.stopped = true
             var sources = state.connections.values.map(\.source)
@@ -244,7 +244,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
     /// The listener's handler: accepts what is waiting (up to a batch) and adds a source for each.
     private func handleListener(_ listener: FileDescriptorSource, _ events: FileDescriptorSource.Events) {
         var report: [Event] = []
-        state.withLock { state in
+        state.locked { state in
             guard !state.stopped, state.listener === listener else { return }
             if !events.isDisjoint(with: [.error, .hangUp, .closed]) {
                 // The listening socket failed; the loop invalidates its source after this handler.
@@ -301,7 +301,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
         _ id: ConnectionID, _ source: FileDescriptorSource, _ events: FileDescriptorSource.Events
     ) {
         var report: [Event] = []
-        state.withLock { state in
+        state.locked { state in
             guard !state.stopped, let index = state.connections.index(forKey: id) else { return }
             let outcome = service(&state.connections.values[index], events, state.scratch)
             if outcome.received > 0 {
@@ -386,7 +386,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
 
     /// The pause timer's handler: watches the listener again.
     private func resumeAccepting() {
-        state.withLock { state in
+        state.locked { state in
             state.acceptRetry = nil
             guard !state.stopped, let listener = state.listener else { return }
             listener.watchedEvents = .readable
