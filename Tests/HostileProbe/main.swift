@@ -669,6 +669,48 @@ enum Scenarios {
         emit("descriptors left after the thread exited: \(crlk_count_open_fds() - before)")
     }
 
+    /// A thread exits while its descriptor sources' handlers hold (through a table) the sources
+    /// themselves, and a port's handler holds the port: the teardown invalidates them, so the
+    /// owned descriptors are closed although the cycles keep the objects alive.
+    static func threadExitHandlerCycle() {
+        final class Table: Sendable {
+            let items = Mutex<[AnyObject & Sendable]>([])
+        }
+        let table = Table()
+        let before = crlk_count_open_fds()
+        let thread = ProbeThread(name: "hp-exit-cycle") {
+            let loop = RunLoop.current
+            for _ in 0..<10 {
+                var ends: [Int32] = [0, 0]
+                pipe(&ends)
+                let reader = try! FileDescriptorSource(descriptor: ends[0], ownsDescriptor: true) { source, _ in
+                    table.items.withLock { _ = $0.contains { $0 === source } }
+                }
+                let writer = try! FileDescriptorSource(descriptor: ends[1], watching: [], ownsDescriptor: true) {
+                    source, _ in table.items.withLock { _ = $0.contains { $0 === source } }
+                }
+                table.items.withLock { $0 += [reader, writer] }
+                loop.add(reader, forMode: .default)
+                loop.add(writer, forMode: .common)
+            }
+            let port = MessagePort<Int> { _ in table.items.withLock { _ = $0.count } }
+            table.items.withLock { $0.append(port) }
+            loop.add(port, forMode: .default)
+            emit("descriptors opened on the thread: \(crlk_count_open_fds() - before)")
+            loop.run(mode: .default, for: .milliseconds(1))
+        }
+        emit("thread joined: \(thread.join(seconds: 5))")
+        emit("descriptors left after the thread exited: \(crlk_count_open_fds() - before)")
+        let invalid = table.items.withLock { items in
+            items.filter { item in
+                if let source = item as? FileDescriptorSource { return !source.isValid }
+                if let port = item as? MessagePort<Int> { return !port.isValid }
+                return false
+            }.count
+        }
+        emit("items invalidated by the thread's exit: \(invalid) of 21")
+    }
+
     // MARK: Finding 10: fork
 
     /// The parent and its forked child each run a 50 ms repeating timer for 1.5 s at the same time,
@@ -809,6 +851,7 @@ case "dev-null": Scenarios.devNullAndZero()
 case "teardown-perform-wait": Scenarios.teardownPerformWait()
 case "teardown-loop-bound": Scenarios.teardownLoopBound()
 case "teardown-current": Scenarios.teardownCurrent()
+case "thread-exit-cycle": Scenarios.threadExitHandlerCycle()
 case "fork": Scenarios.fork()
 case "fork-stale": Scenarios.forkStale()
 case "invalidate-descriptor-sources": Scenarios.invalidateManyDescriptorSources(count: 10_000)

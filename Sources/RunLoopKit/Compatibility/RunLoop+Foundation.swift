@@ -52,3 +52,55 @@ extension RunLoop {
         acceptInputOnce(mode: mode, for: Self.timeout(until: deadline))
     }
 }
+
+extension RunLoopTimer {
+    /// A timer that first fires at `date` and then, if `repeats`, every `interval` seconds:
+    /// Foundation's `Timer(fire:interval:repeats:block:)`. Add it to a loop to start it.
+    ///
+    /// As in Foundation, a repeating timer's interval of zero or less becomes 0.1 ms, and a
+    /// one-shot timer ignores `interval`. A date in the past (or NaN) fires at the loop's next
+    /// pass; an interval or date beyond the clock's range (infinity) means never.
+    public convenience init(
+        fire date: Date, interval: TimeInterval, repeats: Bool, block: @escaping @Sendable (RunLoopTimer) -> Void
+    ) {
+        let delay = RunLoop.timeout(until: date)
+        self.init(
+            fireAt: LoopClock.instant(LoopClock.now().addingSaturated(delay.saturatedNanoseconds)),
+            interval: repeats ? Self.repeatInterval(seconds: interval) : .zero, handler: block)
+    }
+
+    /// A timer that first fires `interval` seconds after it is made and then, if `repeats`,
+    /// every `interval` seconds: Foundation's `Timer(timeInterval:repeats:block:)`, with Darwin's
+    /// first fire date (swift-corelibs-foundation fires such a timer at once instead). Add it to a
+    /// loop to start it.
+    public convenience init(
+        timeInterval interval: TimeInterval, repeats: Bool, block: @escaping @Sendable (RunLoopTimer) -> Void
+    ) {
+        self.init(fire: Date(timeIntervalSinceNow: interval.isNaN ? 0 : interval), interval: interval, repeats: repeats, block: block)
+    }
+
+    /// Makes a timer as ``init(timeInterval:repeats:block:)`` does and adds it to the calling
+    /// thread's loop in ``RunLoop/Mode/default``: Foundation's
+    /// `Timer.scheduledTimer(withTimeInterval:repeats:block:)`. Remember NSTimer's first pitfall:
+    /// such a timer stops while the loop runs in ``RunLoop/Mode/tracking``; add it to
+    /// ``RunLoop/Mode/common`` yourself when it must keep firing.
+    @discardableResult
+    public static func scheduledTimer(
+        withTimeInterval interval: TimeInterval, repeats: Bool, block: @escaping @Sendable (RunLoopTimer) -> Void
+    ) -> RunLoopTimer {
+        let timer = RunLoopTimer(timeInterval: interval, repeats: repeats, block: block)
+        RunLoop.current.add(timer, forMode: .default)
+        return timer
+    }
+
+    /// The repeat interval in seconds (0 for a one-shot timer): Foundation's `timeInterval`.
+    public var timeInterval: TimeInterval { Double(interval.saturatedNanoseconds) / 1e9 }
+
+    /// Foundation's rule for a repeating timer's interval: at least 0.1 ms; infinite means never
+    /// again (the clock saturates).
+    static func repeatInterval(seconds: TimeInterval) -> Duration {
+        guard seconds > 0.0001 else { return .microseconds(100) }  // NaN compares false
+        guard seconds < 1e12 else { return .seconds(Int64.max) }
+        return .seconds(seconds)
+    }
+}

@@ -93,7 +93,11 @@ extension RunLoop {
         inModes modes: [Mode] = RunLoop.defaultModeOnly,
         _ block: @escaping @Sendable () -> Void
     ) -> PerformRequest {
-        let core = PerformRequestCore(block)
+        schedule(PerformRequestCore(block, target: nil), after: delay, inModes: modes)
+    }
+
+    /// Makes the request's one-shot timer and adds it to `modes`.
+    private func schedule(_ core: PerformRequestCore, after delay: Duration, inModes modes: [Mode]) -> PerformRequest {
         // The handler captures the core, not the request: the request holds the timer, and a
         // timer's handler is kept for the timer's life.
         let timer = RunLoopTimer(after: delay) { _ in
@@ -108,6 +112,45 @@ extension RunLoop {
         performRequests.register(request)
         for mode in modes { add(timer, forMode: mode) }
         return request
+    }
+
+    /// Runs `block` with `target` on the loop's thread once `delay` has passed, in one of `modes`:
+    /// ``perform(after:inModes:_:)`` for a request that
+    /// ``cancelPreviousPerformRequests(withTarget:)`` can find by its target, as NSObject's
+    /// `performSelector:withObject:afterDelay:` and `cancelPreviousPerformRequestsWithTarget:`.
+    ///
+    /// ```swift
+    /// // Coalesce: each keystroke replaces the pending search.
+    /// loop.cancelPreviousPerformRequests(withTarget: searchBox)
+    /// loop.perform(after: .milliseconds(300), target: searchBox) { box in box.search() }
+    /// ```
+    ///
+    /// The request holds `target` strongly until the block starts or is cancelled (as
+    /// `performSelector:afterDelay:` retains its target), then lets it go.
+    @discardableResult
+    public func perform<Target: AnyObject & Sendable>(
+        after delay: Duration,
+        inModes modes: [Mode] = RunLoop.defaultModeOnly,
+        target: Target,
+        _ block: @escaping @Sendable (Target) -> Void
+    ) -> PerformRequest {
+        let core = PerformRequestCore({ block(target) }, target: target)
+        return schedule(core, after: delay, inModes: modes)
+    }
+
+    /// Cancels the pending delayed performs on this loop made for `target` with
+    /// ``perform(after:inModes:target:_:)`` (compared by identity): none of their blocks will
+    /// start. NSObject's `cancelPreviousPerformRequestsWithTarget:`, for this loop. Safe from any
+    /// thread; blocks that already started are not waited for.
+    ///
+    /// - Returns: How many requests this call cancelled.
+    /// - Complexity: O(n) in the loop's delayed performs.
+    @discardableResult
+    public func cancelPreviousPerformRequests(withTarget target: AnyObject) -> Int {
+        guard let registry = attachments.existing(PerformRequestRegistry.self) else { return 0 }
+        var cancelled = 0
+        for request in registry.requests(for: target) where request.cancel() { cancelled += 1 }
+        return cancelled
     }
 
     /// Cancels every pending delayed perform on this loop (``perform(after:inModes:_:)``): none of
@@ -147,14 +190,20 @@ final class PerformRequestCore: Sendable {
         }
     }
 
-    /// The block while pending; nil once started or cancelled. The step changes only here, once.
-    private let state: Mutex<(step: Step, block: (@Sendable () -> Void)?)>
+    /// The block and the target while pending; nil once started or cancelled. The step changes
+    /// only here, once.
+    private let state: Mutex<(step: Step, block: (@Sendable () -> Void)?, target: (any AnyObject & Sendable)?)>
 
-    init(_ block: @escaping @Sendable () -> Void) {
-        state = Mutex((.pending, block))
+    init(_ block: @escaping @Sendable () -> Void, target: (any AnyObject & Sendable)?) {
+        state = Mutex((.pending, block, target))
     }
 
     var step: Step { state.locked { $0.step } }
+
+    /// Whether the request is pending and was made for `target`.
+    func isPending(for target: AnyObject) -> Bool {
+        state.locked { state in state.step == .pending && state.target === target }
+    }
 
     /// Moves pending → started and hands out the block (the caller runs it, outside the lock);
     /// nil if the request was cancelled.
@@ -165,17 +214,23 @@ final class PerformRequestCore: Sendable {
     func cancel() -> (@Sendable () -> Void)? { take(.cancelled) }
 
     private func take(_ next: Step) -> (@Sendable () -> Void)? {
-        state.locked { state in
-            guard state.step == .pending else { return nil }
+        // The target is let go after the lock (a last reference runs its deinit).
+        let (block, target) = state.locked { state -> ((@Sendable () -> Void)?, (any AnyObject & Sendable)?) in
+            guard state.step == .pending else { return (nil, nil) }
             state.step = next
-            let block = state.block
-            state.block = nil
-            return block
+            defer {
+                state.block = nil
+                state.target = nil
+            }
+            return (state.block, state.target)
         }
+        _ = consume target
+        return block
     }
 }
 
-/// A loop's pending delayed performs, for ``RunLoop/cancelPerformRequests()``.
+/// A loop's pending delayed performs, for ``RunLoop/cancelPerformRequests()`` and
+/// ``RunLoop/cancelPreviousPerformRequests(withTarget:)``.
 ///
 /// Requests are not removed when they start or are cancelled (they hold no reference back here);
 /// finished ones are swept out when the list has doubled since the last sweep, so the list stays
@@ -213,6 +268,11 @@ final class PerformRequestRegistry: Sendable {
             requests.sweepAt = 32
             return all
         }
+    }
+
+    /// The pending requests made for `target`.
+    func requests(for target: AnyObject) -> [RunLoop.PerformRequest] {
+        requests.locked { requests in requests.list.filter { $0.core.isPending(for: target) } }
     }
 
     var pendingCount: Int {

@@ -55,3 +55,73 @@ extension RunLoop {
         if case .dropped = completion.wait() { throw .threadExited }
     }
 }
+
+extension RunLoop {
+    /// What became of a block queued with ``perform(inModes:waitingAtMost:_:)``.
+    public enum WaitOutcome: Sendable, Hashable {
+        /// The block ran to its end within the time allowed.
+        case completed
+        /// The time ran out before the block started; it was cancelled and will never run.
+        case cancelled
+        /// The time ran out while the block was running on the loop's thread; it finishes on its
+        /// own, and nothing waits for it.
+        case stillRunning
+    }
+
+    /// Queues `block` to run on the loop's thread the next time the loop runs in one of `modes`,
+    /// and blocks the calling thread until it has run or `timeout` has passed:
+    /// ``perform(inModes:waitUntilDone:_:)`` for a caller that must not wait forever for a loop
+    /// that is busy, runs in another mode, or never runs.
+    ///
+    /// ```swift
+    /// switch try worker.loop.perform(inModes: [.common], waitingAtMost: .seconds(1), { flush() }) {
+    /// case .completed: break
+    /// case .cancelled: log("the worker's loop did not get to it; it will not run")
+    /// case .stillRunning: log("flush() is slow; it finishes on its own")
+    /// }
+    /// ```
+    ///
+    /// When the time runs out before the block starts, the block is cancelled in one atomic step
+    /// with the loop's start of it, so ``WaitOutcome/cancelled`` means it never runs. Called on
+    /// the loop's own thread, the block runs at once, inline (as with `waitUntilDone`), and the
+    /// outcome is ``WaitOutcome/completed``. A negative timeout counts as zero.
+    ///
+    /// - Throws: ``PerformError/noModes`` if `modes` is empty (nothing is queued);
+    ///   ``PerformError/threadExited`` if the loop's thread exited, so the block was dropped.
+    public func perform(
+        inModes modes: [Mode] = RunLoop.defaultModeOnly,
+        waitingAtMost timeout: Duration,
+        _ block: @escaping @Sendable () -> Void
+    ) throws(PerformError) -> WaitOutcome {
+        guard !modes.isEmpty else { throw .noModes }
+        if isCurrent {
+            block()
+            return .completed
+        }
+        guard !blocksClosed.load(ordering: .acquiring) else { throw .threadExited }
+        let start = PerformRequestCore(block, target: nil)
+        let completion = BlockCompletion<Bool>()
+        perform(
+            inModes: modes,
+            completion.block {
+                guard let body = start.start() else { return false }
+                body()
+                return true
+            })
+        completion.noticeDrop(by: self)
+        switch completion.wait(timeout: timeout) {
+        case .ran(true): return .completed
+        case .ran(false): return .cancelled
+        case .dropped: throw .threadExited
+        case nil: break
+        }
+        if let cancelled = start.cancel() {
+            // Released here, outside every lock.
+            _ = consume cancelled
+            return .cancelled
+        }
+        // Started meanwhile: it may have just finished.
+        return completion.wait(timeout: .zero).map { if case .ran(true) = $0 { .completed } else { .stillRunning } }
+            ?? .stillRunning
+    }
+}

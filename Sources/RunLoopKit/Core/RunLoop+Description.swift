@@ -1,8 +1,8 @@
 extension RunLoop {
     /// A dump of the loop in the manner of CoreFoundation's `CFRunLoop` description: the owning
     /// thread, whether it sleeps, the current mode, the common modes and common items, then each
-    /// mode with its sources, timers (with their next fire date) and observers (with their
-    /// activities and order).
+    /// mode with its sources, its descriptor sources and ports (with their descriptors and watched
+    /// events), timers (with their next fire date) and observers (with their activities and order).
     public var description: String {
         let now = LoopClock.now()
         // Timer lines are made under the lock: heap entries do not keep their timers alive
@@ -17,7 +17,7 @@ extension RunLoop {
         let snapshot = state.locked { state in
             (
                 state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name },
-                state.commonSources.count,
+                state.commonSources.count + state.commonSources1.count,
                 state.commonTimers.count, state.commonObservers.count
             )
         }
@@ -37,6 +37,11 @@ extension RunLoop {
             for source in mode.sources {
                 lines.append("      order \(source.order), signalled \(source.isSignalled), valid \(source.isValid)")
             }
+            lines.append("    },")
+            // Descriptions of the items themselves (fd, watched events; a port's queue), made
+            // outside the loop's lock: each takes its item's own lock.
+            lines.append("    sources1 = {")
+            for item in mode.sources1 { lines.append("      \(item)") }
             lines.append("    },")
             lines.append("    timers = {")
             lines.append(contentsOf: index < timerLines.count ? timerLines[index] : [])

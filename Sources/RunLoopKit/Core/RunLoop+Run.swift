@@ -106,6 +106,39 @@ extension RunLoop {
         acceptInputOnce(mode: mode, for: Self.timeout(until: deadline))
     }
 
+    /// Fires the mode's due timers and returns when the next one is due: NSRunLoop's
+    /// `limitDateForMode:`, which an application's own event loop calls to learn how long it may
+    /// block before it must run the loop again.
+    ///
+    /// As Foundation does, it first runs the loop once in `mode` without sleeping (observers see
+    /// `entry` ... `exit`; due timers, pending blocks, signalled sources and ready descriptors are
+    /// handled). Then it returns nil if the mode has nothing left to do (no sources, timers or
+    /// blocks; also for ``Mode/common``), ``distantFuture`` if it has work but no timer, and the
+    /// earliest timer's fire date otherwise.
+    ///
+    /// ```swift
+    /// while running {
+    ///     guard let next = loop.limitDate(forMode: .default) else { break }
+    ///     waitForMyOwnEvents(until: next)
+    /// }
+    /// ```
+    ///
+    /// - Precondition: Called on the loop's own thread (Foundation returns nil elsewhere; it runs
+    ///   the loop, which only its thread may do).
+    public func limitDate(forMode mode: Mode) -> ContinuousClock.Instant? {
+        preconditionOnOwnThread("limitDate(forMode:)")
+        run(mode: mode, for: .seconds(-10), returnAfterSourceHandled: true)
+        guard mode != .common, let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else {
+            return nil
+        }
+        return nextTimerFireDate(forMode: mode) ?? Self.distantFuture
+    }
+
+    /// An instant no deadline reaches: what ``limitDate(forMode:)`` returns for a mode with work
+    /// but no timer (Foundation's `Date.distantFuture`), and a deadline for a run with no limit,
+    /// as in a keep-alive thread's `while !stopped { loop.run(mode: .default, before: RunLoop.distantFuture) }`.
+    public static let distantFuture: ContinuousClock.Instant = LoopClock.instant(LoopClock.never)
+
     /// The time from now until `deadline`; negative once it has passed (a run then makes one pass
     /// without sleeping).
     static func timeout(until deadline: ContinuousClock.Instant) -> Duration {

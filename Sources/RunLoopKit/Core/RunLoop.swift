@@ -183,10 +183,26 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     func preconditionOnOwnThread(_ function: StaticString) {
         preconditionNotForked(function)
         guard !isCurrent else { return }
-        // fatalError, not preconditionFailure: the message must name the threads in -O builds too.
-        fatalError(
+        wrongThread(function)
+    }
+
+    /// Stops the process with a message naming the loop and both threads, and, when the caller
+    /// runs in a Swift concurrency task, why it is not on the thread it may expect.
+    private func wrongThread(_ function: StaticString) -> Never {
+        var message =
             "RunLoop.\(function) called on thread '\(ThreadLoops.currentName())' (tid \(crlk_gettid())), but \(shortDescription) belongs to thread '\(ownerName)' (tid \(ownerTID)); a loop runs only on its own thread"
-        )
+        if withUnsafeCurrentTask(body: { $0 != nil }) {
+            message +=
+                ". The caller runs in a Swift concurrency task, on one of the concurrency runtime's pool threads: after an `await` (in an async `main` too) a task resumes on whatever thread its executor picks, not on the thread it started on"
+            if isMainLoop {
+                message +=
+                    ". Run RunLoop.main from a synchronous `main` (before any `await`), and reach it from async code with `await loop.submit { ... }` or an actor pinned to the loop"
+            } else {
+                message += ". Run a loop from the thread that owns it (a PermanentThread, or a Thread you start), and reach it from async code with `await loop.submit { ... }`"
+            }
+        }
+        // fatalError, not preconditionFailure: the message must name the threads in -O builds too.
+        fatalError(message)
     }
 
     /// Called by the thread-exit hook: removes every item and closes the kernel descriptors.

@@ -147,7 +147,7 @@ actor LoopActor {
 
     /// Awaits a value from the same loop, from inside one of the loop's own jobs.
     func performOnOwnLoop(inModes modes: [RunLoop.Mode] = [.default]) async throws -> (Int, Placement, Placement) {
-        let inBody: (Int, Placement) = try await loop.perform(inModes: modes) { [loop] in (7, Placement.here(loop)) }
+        let inBody: (Int, Placement) = try await loop.submit(inModes: modes) { [loop] in (7, Placement.here(loop)) }
         // Back on the actor: its executor is the loop, so this is the loop's thread again.
         return (inBody.0, inBody.1, .here(loop))
     }

@@ -4,7 +4,7 @@ import Synchronization
 import Testing
 
 // Swift concurrency on a run loop (issue 4, item 4): a loop as an actor's serial executor, and
-// `try await loop.perform { value }`.
+// `try await loop.submit { value }`.
 
 @Suite struct ConcurrencyTests {
     // MARK: The loop as an actor's executor
@@ -111,28 +111,34 @@ import Testing
         #expect(await host.finish())
     }
 
-    // MARK: await loop.perform
+    // MARK: await loop.submit
 
     @Test func performReturnsTheBodysValueFromTheLoopsThread() async throws {
         let host = try #require(ModalLoopHost.start(name: "rlk-conc-perform", commonModes: [.tracking]))
         let loop = host.loop
         let tid = try #require(host.thread.tid())
 
-        #expect(try await loop.perform { 42 } == 42)
-        let placement = try await loop.perform { Placement.here(loop) }
+        #expect(try await loop.submit { 42 } == 42)
+        let placement = try await loop.submit { Placement.here(loop) }
         #expect(placement == Placement(onLoopThread: true, tid: tid, mode: .default))
-        let strings: [String] = try await loop.perform(inModes: [.common]) { ["a", "b"] }
+        let strings: [String] = try await loop.submit(inModes: [.common]) { ["a", "b"] }
         #expect(strings == ["a", "b"])
 
-        // A body that returns nothing waits when written as an async closure.
+        // The spelling that resolved to the fire-and-forget perform (and returned ()) when the
+        // awaiting form was an overload of perform: a one-expression closure with a capture list.
+        let items = [1, 2, 3]
+        let count = try await loop.submit { [items] in items.count }
+        #expect(count == 3)
+
+        // A body that returns nothing is waited for too.
         let ran = Atomic<Bool>(false)
-        try await loop.perform { () async in ran.store(loop.isCurrent, ordering: .relaxed) }
+        try await loop.submit { ran.store(loop.isCurrent, ordering: .relaxed) }
         let ranOnLoop = ran.load(ordering: .relaxed)
         #expect(ranOnLoop)
 
         // A body that awaits resumes on the loop's thread, in the same modes.
         let actor = LoopActor(loop: loop)
-        let afterAwait = try await loop.perform {
+        let afterAwait = try await loop.submit {
             await actor.increment()
             return Placement.here(loop)
         }
@@ -141,8 +147,8 @@ import Testing
         // Given modes: the body waits for one of them.
         host.switchMode(to: .tracking)
         #expect(await host.entered(.tracking))
-        #expect(try await loop.perform(inModes: [.tracking]) { loop.currentMode } == .tracking)
-        #expect(try await loop.perform(inModes: [.common]) { loop.currentMode } == .tracking)
+        #expect(try await loop.submit(inModes: [.tracking]) { loop.currentMode } == .tracking)
+        #expect(try await loop.submit(inModes: [.common]) { loop.currentMode } == .tracking)
         #expect(await host.finish())
     }
 
@@ -150,13 +156,13 @@ import Testing
         let host = try #require(ModalLoopHost.start(name: "rlk-conc-throw"))
         let loop = host.loop
         await #expect(throws: Boom(code: 7)) {
-            try await loop.perform { () throws -> Int in throw Boom(code: 7) }
+            try await loop.submit { () throws -> Int in throw Boom(code: 7) }
         }
         await #expect(throws: RunLoop.PerformError.noModes) {
-            try await loop.perform(inModes: []) { 1 }
+            try await loop.submit(inModes: []) { 1 }
         }
         // The loop goes on.
-        #expect(try await loop.perform { 1 } == 1)
+        #expect(try await loop.submit { 1 } == 1)
         #expect(await host.finish())
     }
 
@@ -194,9 +200,9 @@ import Testing
         _ = TestLog.recorder
         // The thread exits at once: its loop is torn down, and drops every block performed on it.
         let loop = try #require(await TestThreads.run(name: "rlk-conc-gone") { RunLoop.current })
-        let outcome = try #require(await completes(within: .seconds(30)) { try await loop.perform { 1 } })
+        let outcome = try #require(await completes(within: .seconds(30)) { try await loop.submit { 1 } })
         #expect(throws: RunLoop.PerformError.threadExited) { try outcome.get() }
-        let modes = try #require(await completes { try await loop.perform(inModes: [.tracking]) { 1 } })
+        let modes = try #require(await completes { try await loop.submit(inModes: [.tracking]) { 1 } })
         #expect(throws: RunLoop.PerformError.threadExited) { try modes.get() }
     }
 
@@ -215,7 +221,7 @@ import Testing
         // Runs until its first suspension here: the block is queued on return.
         Task.immediate {
             let result: Result<Int, any Error>
-            do { result = .success(try await loop.perform { 1 }) } catch { result = .failure(error) }
+            do { result = .success(try await loop.submit { 1 }) } catch { result = .failure(error) }
             outcome.update { $0 = result }
         }
         #expect(outcome.read { $0 } == nil)
@@ -242,7 +248,7 @@ import Testing
         let host = try #require(ModalLoopHost.start(name: "rlk-conc-isolating"))
         let loop = host.loop
         #expect(loop.isIsolatingCurrentContext() == false)
-        #expect(try await loop.perform { loop.isIsolatingCurrentContext() } == true)
+        #expect(try await loop.submit { loop.isIsolatingCurrentContext() } == true)
         #expect(await host.finish())
     }
 
@@ -273,7 +279,7 @@ import Testing
                         var performsOffLoop = 0
                         for call in 0..<callsPerTask {
                             if await actor.increment() { onLoop += 1 }
-                            if call % 500 == 0, try await !loop.perform({ loop.isCurrent }) { performsOffLoop += 1 }
+                            if call % 500 == 0, try await !loop.submit({ loop.isCurrent }) { performsOffLoop += 1 }
                         }
                         return (onLoop, performsOffLoop)
                     }

@@ -39,4 +39,17 @@ import Testing
         #expect(probe.int("descriptors left after the thread exited") == 0, "\(probe.report)")
         #expect(probe.bool("thread joined") == true, "\(probe.report)")
     }
+
+    /// A thread exits while its descriptor sources' and port's handlers hold (through a table)
+    /// the items themselves: the teardown invalidates every one, and the descriptors the sources
+    /// own are closed, although the cycles keep the objects alive (in a process of its own, so the
+    /// descriptor count is exact).
+    @Test func threadExitClosesOwnedDescriptorsThroughHandlerCycles() throws {
+        let probe = try #require(runHostileProbe("thread-exit-cycle"))
+        try #require(probe.completed, "\(probe.report)")
+        #expect(probe.int("descriptors opened on the thread") ?? 0 >= 20, "\(probe.report)")
+        #expect(probe.int("descriptors left after the thread exited") == 0, "\(probe.report)")
+        #expect(probe.report.contains("items invalidated by the thread's exit: 21 of 21"), "\(probe.report)")
+        #expect(probe.bool("thread joined") == true, "\(probe.report)")
+    }
 }

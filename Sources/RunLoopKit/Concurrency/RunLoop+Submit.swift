@@ -1,23 +1,12 @@
 import Synchronization
 
-// `try await loop.perform { value }`: runs a closure on the loop's thread and hands its value (or
-// error) back to the awaiting task.
-//
-// Why the body is typed `async` (although it is almost always a plain synchronous closure): so
-// that existing synchronous calls keep resolving to the synchronous `perform`. In an async
-// context Swift ranks every synchronous function below an async overload that fits (score
-// SK_SyncInAsync); with a body typed `() throws -> T`, a statement such as `loop.perform { work() }`
-// inside an async function would pick this overload (T = Void) and fail to compile without
-// `try await`. A synchronous closure literal passed for an `async` function parameter costs this
-// overload the same penalty, so the two tie: a closure that returns nothing picks the
-// synchronous `perform` (the more specific), one that returns a value picks this one (the other
-// would discard the value). One spelling still picks the synchronous overload although it returns
-// a value — a one-expression closure with a capture list and no result type given — and the
-// compiler warns about it; Concurrency.md lists the cases. Verified with Swift 6.3; the whole
-// package (whose tests call the synchronous `perform` from async functions) builds unchanged.
+// `try await loop.submit { value }`: runs a closure on the loop's thread and hands its value (or
+// error) back to the awaiting task. A verb of its own, as SwiftNIO's `EventLoop.submit`: as an
+// async overload of `perform`, a closure such as `{ [items] in items.count }` resolved to the
+// fire-and-forget `perform` and returned `()` without a word.
 
 extension RunLoop {
-    /// Why ``perform(inModes:_:)->_`` could not run its body.
+    /// Why ``submit(inModes:_:)`` or ``perform(inModes:waitUntilDone:_:)`` could not run its body.
     public enum PerformError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The loop's thread exited (before the body started): its loop is torn down and runs
         /// nothing any more.
@@ -38,7 +27,7 @@ extension RunLoop {
     /// (``Mode/common`` matches every common mode), and returns its value or rethrows its error.
     ///
     /// ```swift
-    /// let count = try await loop.perform { model.items.count }   // on the loop's thread
+    /// let count = try await loop.submit { model.items.count }   // on the loop's thread
     /// ```
     ///
     /// The body is queued as a block, exactly as ``perform(inModes:_:)->()`` queues one: first in,
@@ -57,11 +46,6 @@ extension RunLoop {
     /// nonisolated functions it calls) runs on the loop's thread in `modes`, each resumption as a
     /// new block; calls to actors run on those actors.
     ///
-    /// - Important: A body that returns nothing resolves to the synchronous
-    ///   ``perform(inModes:_:)->()``, which queues the block and returns at once (the compiler warns
-    ///   "no 'async' operations occur within 'await' expression"). To wait for such a body, mark
-    ///   the closure async: `try await loop.perform { () async in work() }`.
-    ///
     /// - Parameters:
     ///   - modes: The modes the body may run in; `[.default]` if omitted.
     ///   - body: The work, run on the loop's thread.
@@ -72,7 +56,7 @@ extension RunLoop {
     ///   body runs on the global concurrent executor: the loop no longer exists.
     /// - Complexity: O(1) amortized to queue; a few small allocations per call (the scope's task
     ///   executor) and per hop onto the loop (the block and its job's handoff).
-    public nonisolated(nonsending) func perform<T: Sendable>(
+    public nonisolated(nonsending) func submit<T: Sendable>(
         inModes modes: [Mode] = RunLoop.defaultModeOnly,
         _ body: @concurrent @Sendable () async throws -> T
     ) async throws -> T {
@@ -95,7 +79,7 @@ extension RunLoop {
 }
 
 /// A task executor that runs each job on a loop's thread as a block in given modes: the task
-/// executor preference of ``RunLoop/perform(inModes:_:)->_``'s scope.
+/// executor preference of ``RunLoop/submit(inModes:_:)``'s scope.
 ///
 /// A job the loop drops (its thread exited) must still run, or its task would never resume; it is
 /// handed to the global concurrent executor instead (see ``JobHandoff``).
