@@ -136,7 +136,7 @@ enum DiffScenarios {
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { s.signal() } else { t("helper: never saw the loop waiting") }
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { s.signal() } else { t("helper: never saw the loop waiting") }
         }
         // The loop sleeps until the 150 ms timeout; the signal arrives while it sleeps.
         t("run1: " + d.run(DMode.default, 0.15))
@@ -165,7 +165,7 @@ enum DiffScenarios {
         }
         d.add(s, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 s.signal(); d.wakeUp()
             } else {
                 t("helper: never saw the loop waiting")
@@ -208,7 +208,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15, rash: true))
         h.join()
@@ -304,7 +304,7 @@ enum DiffScenarios {
         d.keepAlive()
         let start = d.now()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 d.perform { t("block at>=timeout: \(d.now() - start >= 0.145)") }
             } else {
                 t("helper: never saw the loop waiting")
@@ -345,7 +345,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.stop() } else { t("helper: never saw the loop waiting") }
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.stop() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 2.0))
         h.join()
@@ -356,7 +356,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15))
         h.join()
@@ -980,7 +980,7 @@ enum DiffScenarios {
         }
         d.add(tm, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 tm.setFireDate(d.now())
             } else {
                 t("helper: never saw the loop waiting")
@@ -995,7 +995,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
                     t("timer"); d.stop()
                 }
@@ -1013,7 +1013,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 let s = d.makeSource(order: 0) {
                     t("source0"); d.stop()
                 }
@@ -1061,7 +1061,7 @@ enum DiffScenarios {
         let tm = d.makeTimer(fireAt: 3600) { _ in t("timer") }
         d.add(tm, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { tm.invalidate() } else { t("helper: never saw the loop waiting") }
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { tm.invalidate() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15))
         h.join()
@@ -1073,7 +1073,7 @@ enum DiffScenarios {
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
+            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 d.remove(s, DMode.default)
             } else {
                 t("helper: never saw the loop waiting")

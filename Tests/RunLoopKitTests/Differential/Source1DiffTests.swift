@@ -186,7 +186,7 @@ func s1EventFD() -> Int32 {
 /// A helper thread that writes `fd` once the loop sleeps (traced if it never does).
 func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> DiffHelperThread {
     DiffHelperThread {
-        if diffSpinUntil(limit: 5, { d.isWaiting }) {
+        if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
             s1Signal(fd)
         } else {
             t("helper: never saw the loop waiting")
@@ -230,7 +230,7 @@ enum Source1Scenarios {
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
         let h = DiffHelperThread {
-            if diffSpinUntil(limit: 5, { d.isWaiting }) {
+            if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
                 t("helper: write")
                 s1Signal(fd)
             } else {

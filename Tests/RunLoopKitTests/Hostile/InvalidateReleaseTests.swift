@@ -50,7 +50,7 @@ import Testing
         let tally = LiveTally()
         let (timer, captured) = Self.capturingTimer(tally)
         host.loop.add(timer, forMode: .default)
-        #expect(ProcessThreads.poll { host.loop.isWaiting }, "the loop did not go to sleep")
+        #expect(waitUntil { host.loop.isWaiting }, "the loop did not go to sleep")
         #expect(captured.object != nil)
         timer.invalidate()
         #expect(captured.object == nil, "the invalidated timer's handler still holds what it captured")

@@ -66,7 +66,7 @@ extension Robustness.KeepAlive {
             }
             // The caller's block is in the loop's queue once perform has made its mode; a bounded
             // wait for that (perform makes the mode just before queueing).
-            #expect(ProcessThreads.poll { loop.allModes.contains(privateMode) })
+            #expect(waitUntil { loop.allModes.contains(privateMode) })
             // Tasks (common modes) queued after it run while the loop runs in .default; the block
             // for the private mode does not, and its caller goes on waiting.
             for _ in 0..<3 {
@@ -116,7 +116,7 @@ extension Robustness.KeepAlive {
                 }
             }
             // A bounded wait until the block is queued, then the loop's thread exits.
-            #expect(ProcessThreads.poll { loop.inbox.hasReady })
+            #expect(waitUntil { loop.inbox.hasReady })
             mayExit.fire()
             #expect(loopThread.join(timeout: .seconds(30)))
             #expect(caller.join(timeout: .seconds(30)), "the caller still waits for a dropped block")

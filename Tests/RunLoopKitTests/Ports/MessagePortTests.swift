@@ -572,7 +572,7 @@ final class PortLoopFlag: Sendable {
             Issue.record("the loop did not start")
             return
         }
-        let sawWaiting = diffSpinUntil(limit: 10) { loop.isWaiting }
+        let sawWaiting = waitUntil(timeout: .seconds(10)) { loop.isWaiting }
         loop.add(port, forMode: .default)
         let exited = await thread.joinAsync(timeout: .seconds(30))
         #expect(sawWaiting, "the loop was asleep when the port was added")
@@ -634,7 +634,7 @@ final class PortLoopFlag: Sendable {
         }
         let helper = TestThread(name: "rlk-port-modes-h") {
             guard senderGo.wait(timeout: .seconds(10)) else { return }
-            _ = diffSpinUntil(limit: 5) { loop.isWaiting && loop.currentMode == otherMode }
+            _ = waitUntil(timeout: .seconds(5)) { loop.isWaiting && loop.currentMode == otherMode }
             try? port.send(2)
         }
         let exited = await thread.joinAsync(timeout: .seconds(30))

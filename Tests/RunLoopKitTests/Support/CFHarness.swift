@@ -57,17 +57,6 @@ final class DiffHelperThread: @unchecked Sendable {
     func join(timeout: Double = 5) -> Bool { done.wait(timeout: .now() + timeout) == .success }
 }
 
-/// Spins (with short sleeps) until `cond` holds or `limit` seconds pass. Returns whether it held.
-@discardableResult
-func diffSpinUntil(limit: Double = 2, _ cond: () -> Bool) -> Bool {
-    let end = Date().addingTimeInterval(limit)
-    while !cond() {
-        if Date() > end { return false }
-        usleep(100)
-    }
-    return true
-}
-
 // MARK: - The driver abstraction: one scenario, two run loop implementations
 
 enum DAct {

@@ -177,6 +177,25 @@ enum TestThreads {
     static func openFileDescriptors() -> Int { Int(crlk_count_open_fds()) }
 }
 
+// MARK: - Waiting for a condition
+
+/// Waits until `condition` holds: checks it, and between checks gives the CPU away for 100 µs
+/// (the other thread, whose progress the condition watches, may need this core). Returns whether
+/// it held; false only once `timeout` has passed, so a broken library fails the test instead of
+/// hanging it. The default is generous for a loaded 2-core CI machine; pass a shorter timeout
+/// only where the test means it as a bound.
+///
+/// For a condition another thread signals, wait on a ``TestMonitor`` or ``TestEvent`` instead:
+/// this is for state nothing signals (`isWaiting`, `/proc`, a counter).
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return condition() }
+        usleep(100)
+    }
+    return true
+}
+
 // MARK: - Monitor
 
 /// A value guarded by a pthread mutex, with a condition variable (on `CLOCK_MONOTONIC`) for
