@@ -135,12 +135,12 @@ enum DiffScenarios {
         d.traceActivities(t)
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) { s.signal() } else { t("helper: never saw the loop waiting") }
         }
         // The loop sleeps until the 150 ms timeout; the signal arrives while it sleeps.
         t("run1: " + d.run(DMode.default, 0.15))
-        h.join()
+        h.join(timeout: .seconds(5))
         t("run2: " + d.run(DMode.default, 0, rash: true))
     }
 
@@ -164,7 +164,7 @@ enum DiffScenarios {
             t("source0"); d.stop()
         }
         d.add(s, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 s.signal(); d.wakeUp()
             } else {
@@ -172,7 +172,7 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // returnAfterSourceHandled with two signalled sources.
@@ -207,11 +207,11 @@ enum DiffScenarios {
     static let rashWakeUpNotHandled: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15, rash: true))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // §3.4 handledSource is checked before the timeout.
@@ -303,7 +303,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let start = d.now()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 d.perform { t("block at>=timeout: \(d.now() - start >= 0.145)") }
             } else {
@@ -311,7 +311,7 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // stop() ends only the innermost run.
@@ -344,22 +344,22 @@ enum DiffScenarios {
     static let stopFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.stop() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // wakeUp() with nothing to do: the run goes on until its timeout.
     static let wakeUpNothingToDo: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // Nested run in another mode; currentMode is the innermost and is restored.
@@ -863,7 +863,7 @@ enum DiffScenarios {
         let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer fired") }
         let added = DispatchSemaphore(value: 0)
         let done = DispatchSemaphore(value: 0)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             let other = d.sibling()  // the helper thread's own loop, never run
             other.add(tm, DMode.default)
             added.signal()
@@ -874,7 +874,7 @@ enum DiffScenarios {
         t("run: " + d.run(DMode.default, 0.05))
         t("valid: \(tm.isValid)")
         done.signal()
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // NSRunLoop acceptInput(forMode:before:): one run that returns after a handled source.
@@ -979,7 +979,7 @@ enum DiffScenarios {
             t("timer"); d.stop()
         }
         d.add(tm, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 tm.setFireDate(d.now())
             } else {
@@ -987,14 +987,14 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // A timer added from another thread while the loop sleeps fires at its date.
     static let timerAddedFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
                     t("timer"); d.stop()
@@ -1005,14 +1005,14 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // A source added from another thread while the loop sleeps, then signalled and woken.
     static let sourceAddedFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 let s = d.makeSource(order: 0) {
                     t("source0"); d.stop()
@@ -1025,7 +1025,7 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // A negative timeout counts as zero.
@@ -1060,11 +1060,11 @@ enum DiffScenarios {
         d.traceActivities(t)
         let tm = d.makeTimer(fireAt: 3600) { _ in t("timer") }
         d.add(tm, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) { tm.invalidate() } else { t("helper: never saw the loop waiting") }
         }
         t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // The only item (a source) is removed from another thread while the loop sleeps.
@@ -1072,7 +1072,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
                 d.remove(s, DMode.default)
             } else {
@@ -1080,7 +1080,7 @@ enum DiffScenarios {
             }
         }
         t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        h.join(timeout: .seconds(5))
     }
 
     // Adding invalidated items does nothing: the mode stays empty.

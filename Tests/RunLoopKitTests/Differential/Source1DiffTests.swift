@@ -11,7 +11,7 @@ import class RunLoopKit.RunLoop
 // CFRunLoop with a CF version-1 source (`CFRunLoopSourceContext1`) and on RunLoopKit with a
 // `FileDescriptorSource`, both on an eventfd, each on a fresh thread with a fresh loop; the traces
 // are compared (same harness as DifferentialTests.swift: `LoopDriver`, `DiffTrace`,
-// `diffRunOnFreshThread`).
+// `TestThread`).
 //
 // How CF's Source1 works on Linux (swift-corelibs-foundation's CFRunLoop.c, and checked with a
 // probe on this machine before these tests were written):
@@ -184,8 +184,8 @@ func s1EventFD() -> Int32 {
 
 /// Adds one to an eventfd's counter: the descriptor becomes readable.
 /// A helper thread that writes `fd` once the loop sleeps (traced if it never does).
-func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> DiffHelperThread {
-    DiffHelperThread {
+func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> TestThread {
+    TestThread(name: "diff-helper") {
         if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
             s1Signal(fd)
         } else {
@@ -229,7 +229,7 @@ enum Source1Scenarios {
         }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = DiffHelperThread {
+        let h = TestThread(name: "diff-helper") {
             if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
                 t("helper: write")
                 s1Signal(fd)
@@ -240,7 +240,7 @@ enum Source1Scenarios {
         let start = d.now()
         t("run: " + d.run(DMode.default, 5))
         t("woke before the timeout: \(d.now() - start < 4)")
-        h.join()
+        h.join(timeout: .seconds(5))
         s.invalidate()
     }
 
@@ -258,7 +258,7 @@ enum Source1Scenarios {
         d.addSource1(s, DMode.default)
         let h = s1SignalOnceWaiting(d, fd, t)
         t("run: " + d.run(DMode.default, 5))
-        h.join()
+        h.join(timeout: .seconds(5))
         s.invalidate()
     }
 
@@ -273,7 +273,7 @@ enum Source1Scenarios {
         d.addSource1(s, DMode.default)
         let h = s1SignalOnceWaiting(d, fd, t)
         t("run: " + d.run(DMode.default, 5, rash: true))
-        h.join()
+        h.join(timeout: .seconds(5))
         s.invalidate()
     }
 
@@ -325,7 +325,7 @@ enum Source1Scenarios {
         let start = d.now()
         t("run default: " + d.run(DMode.default, 0.15, rash: true))
         t("default run slept to its timeout: \(d.now() - start >= 0.12)")
-        h.join()
+        h.join(timeout: .seconds(5))
         t("run my: " + d.run(DMode.my, 5, rash: true))
         s.invalidate()
         keep.invalidate()
@@ -398,7 +398,7 @@ enum Source1Scenarios {
 func source1TraceOf(
     _ make: @escaping @Sendable () -> any Source1Driver, _ scenario: @escaping Source1Scenario
 ) -> [String] {
-    diffRunOnFreshThread {
+    TestThreads.runBlocking(name: "diff-scenario", timeout: .seconds(10), stackSize: 1 << 20) {
         let t = DiffTrace()
         scenario(make(), t)
         return t.lines

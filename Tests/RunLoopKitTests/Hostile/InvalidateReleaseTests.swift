@@ -38,14 +38,14 @@ import Testing
     /// thread frees the captured object before it returns.
     @Test func invalidatingATimerOfARunningLoopReleasesWhatItsHandlerCapturedAtOnce() async {
         guard
-            let host = LoopHost.start(
+            let host = TestThread.hostingLoop(
                 name: "hl-release-run",
                 setup: { loop in loop.add(RunLoopSource {}, forMode: .default) },
-                body: { loop in loop.run(mode: .default, for: .seconds(20)) })
+                run: { loop in loop.run(mode: .default, for: .seconds(20)) })
         else { return }
         defer {
             host.loop.stop()
-            _ = host.thread.join(timeout: .seconds(10))
+            _ = host.join(timeout: .seconds(10))
         }
         let tally = LiveTally()
         let (timer, captured) = Self.capturingTimer(tally)

@@ -2,7 +2,7 @@ import CoreFoundation
 import Foundation
 
 // Plumbing for the differential tests (Tests/RunLoopKitTests/Differential): a locked trace
-// recorder, a fresh-thread runner, and `LoopDriver`, the small interface each scenario is written
+// recorder and `LoopDriver`, the small interface each scenario is written
 // against, with its CoreFoundation implementation (`CFLoopDriver`, including `CFSource0`, a CF
 // version-0 source whose perform callback reaches a Swift closure through the context's `info`
 // pointer). The RunLoopKit implementation is Differential/RunLoopKitDriver.swift. This file does
@@ -22,39 +22,6 @@ final class DiffTrace: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         return items
     }
-}
-
-private final class DiffResultBox<T>: @unchecked Sendable {
-    var value: T?
-}
-
-/// Runs `body` on a fresh, dedicated thread (never the Swift concurrency pool) and waits for it.
-/// Returns nil when the thread did not finish within `timeout` seconds.
-func diffRunOnFreshThread<T>(timeout: Double = 10, _ body: @escaping @Sendable () -> T) -> T? {
-    let done = DispatchSemaphore(value: 0)
-    let box = DiffResultBox<T>()
-    let thread = Thread {
-        box.value = body()
-        done.signal()
-    }
-    thread.stackSize = 1 << 20
-    thread.start()
-    guard done.wait(timeout: .now() + timeout) == .success else { return nil }
-    return box.value
-}
-
-/// A helper thread started from a scenario; `join()` waits for it (bounded).
-final class DiffHelperThread: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    init(_ body: @escaping @Sendable () -> Void) {
-        let d = done
-        let thread = Thread {
-            body(); d.signal()
-        }
-        thread.start()
-    }
-    @discardableResult
-    func join(timeout: Double = 5) -> Bool { done.wait(timeout: .now() + timeout) == .success }
 }
 
 // MARK: - The driver abstraction: one scenario, two run loop implementations
@@ -394,12 +361,14 @@ func diffBusyWait(microseconds: Int) {
     while DispatchTime.now().uptimeNanoseconds < end {}
 }
 
-/// Runs a scenario on a fresh thread with a fresh driver; returns its trace.
+/// Runs a scenario on a fresh dedicated thread (a ``TestThread``) with a fresh driver, and waits
+/// (10 s at most) until that thread has exited; returns its trace.
 func diffTraceOf(
     _ make: @escaping @Sendable () -> any LoopDriver,
     _ scenario: @escaping @Sendable (any LoopDriver, DiffTrace) -> Void
 ) -> [String] {
-    diffRunOnFreshThread {
+    // A 1 MiB stack: scenarios nest runs, and CF's runs take more stack than RunLoopKit's.
+    TestThreads.runBlocking(name: "diff-scenario", timeout: .seconds(10), stackSize: 1 << 20) {
         let t = DiffTrace()
         let d = make()
         scenario(d, t)
