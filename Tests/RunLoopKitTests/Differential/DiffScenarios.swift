@@ -135,9 +135,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { s.signal() } else { t("helper: never saw the loop waiting") }
-        }
+        let h = d.whenAsleep(trace: t) { s.signal() }
         // The loop sleeps until the 150 ms timeout; the signal arrives while it sleeps.
         t("run1: " + d.run(DMode.default, 0.15))
         h.join(timeout: .seconds(5))
@@ -164,12 +162,8 @@ enum DiffScenarios {
             t("source0"); d.stop()
         }
         d.add(s, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                s.signal(); d.wakeUp()
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        let h = d.whenAsleep(trace: t) {
+            s.signal(); d.wakeUp()
         }
         t("run: " + d.run(DMode.default, 2.0))
         h.join(timeout: .seconds(5))
@@ -207,9 +201,7 @@ enum DiffScenarios {
     static let rashWakeUpNotHandled: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
-        }
+        let h = d.whenAsleep(trace: t) { d.wakeUp() }
         t("run: " + d.run(DMode.default, 0.15, rash: true))
         h.join(timeout: .seconds(5))
     }
@@ -303,12 +295,8 @@ enum DiffScenarios {
         d.traceActivities(t)
         d.keepAlive()
         let start = d.now()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                d.perform { t("block at>=timeout: \(d.now() - start >= 0.145)") }
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        let h = d.whenAsleep(trace: t) {
+            d.perform { t("block at>=timeout: \(d.now() - start >= 0.145)") }
         }
         t("run: " + d.run(DMode.default, 0.15))
         h.join(timeout: .seconds(5))
@@ -344,9 +332,7 @@ enum DiffScenarios {
     static let stopFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.stop() } else { t("helper: never saw the loop waiting") }
-        }
+        let h = d.whenAsleep(trace: t) { d.stop() }
         t("run: " + d.run(DMode.default, 2.0))
         h.join(timeout: .seconds(5))
     }
@@ -355,9 +341,7 @@ enum DiffScenarios {
     static let wakeUpNothingToDo: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
-        }
+        let h = d.whenAsleep(trace: t) { d.wakeUp() }
         t("run: " + d.run(DMode.default, 0.15))
         h.join(timeout: .seconds(5))
     }
@@ -979,12 +963,8 @@ enum DiffScenarios {
             t("timer"); d.stop()
         }
         d.add(tm, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                tm.setFireDate(d.now())
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        let h = d.whenAsleep(trace: t) {
+            tm.setFireDate(d.now())
         }
         t("run: " + d.run(DMode.default, 2.0))
         h.join(timeout: .seconds(5))
@@ -994,15 +974,11 @@ enum DiffScenarios {
     static let timerAddedFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
-                    t("timer"); d.stop()
-                }
-                d.add(tm, DMode.default)
-            } else {
-                t("helper: never saw the loop waiting")
+        let h = d.whenAsleep(trace: t) {
+            let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
+                t("timer"); d.stop()
             }
+            d.add(tm, DMode.default)
         }
         t("run: " + d.run(DMode.default, 2.0))
         h.join(timeout: .seconds(5))
@@ -1012,17 +988,13 @@ enum DiffScenarios {
     static let sourceAddedFromOtherThread: DiffScenario = { d, t in
         d.traceActivities(t)
         d.keepAlive()
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                let s = d.makeSource(order: 0) {
-                    t("source0"); d.stop()
-                }
-                d.add(s, DMode.default)
-                s.signal()
-                d.wakeUp()
-            } else {
-                t("helper: never saw the loop waiting")
+        let h = d.whenAsleep(trace: t) {
+            let s = d.makeSource(order: 0) {
+                t("source0"); d.stop()
             }
+            d.add(s, DMode.default)
+            s.signal()
+            d.wakeUp()
         }
         t("run: " + d.run(DMode.default, 2.0))
         h.join(timeout: .seconds(5))
@@ -1060,9 +1032,7 @@ enum DiffScenarios {
         d.traceActivities(t)
         let tm = d.makeTimer(fireAt: 3600) { _ in t("timer") }
         d.add(tm, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) { tm.invalidate() } else { t("helper: never saw the loop waiting") }
-        }
+        let h = d.whenAsleep(trace: t) { tm.invalidate() }
         t("run: " + d.run(DMode.default, 0.15))
         h.join(timeout: .seconds(5))
     }
@@ -1072,12 +1042,8 @@ enum DiffScenarios {
         d.traceActivities(t)
         let s = d.makeSource(order: 0) { t("source0") }
         d.add(s, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(2), { d.isWaiting }) {
-                d.remove(s, DMode.default)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        let h = d.whenAsleep(trace: t) {
+            d.remove(s, DMode.default)
         }
         t("run: " + d.run(DMode.default, 0.15))
         h.join(timeout: .seconds(5))

@@ -183,17 +183,6 @@ func s1EventFD() -> Int32 {
 }
 
 /// Adds one to an eventfd's counter: the descriptor becomes readable.
-/// A helper thread that writes `fd` once the loop sleeps (traced if it never does).
-func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> TestThread {
-    TestThread(name: "diff-helper") {
-        if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
-            s1Signal(fd)
-        } else {
-            t("helper: never saw the loop waiting")
-        }
-    }
-}
-
 func s1Signal(_ fd: Int32) {
     var one: UInt64 = 1
     let written = write(fd, &one, 8)
@@ -229,13 +218,9 @@ enum Source1Scenarios {
         }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = TestThread(name: "diff-helper") {
-            if waitUntil(timeout: .seconds(5), { d.isWaiting }) {
-                t("helper: write")
-                s1Signal(fd)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        let h = d.whenAsleep(trace: t, timeout: .seconds(5)) {
+            t("helper: write")
+            s1Signal(fd)
         }
         let start = d.now()
         t("run: " + d.run(DMode.default, 5))
@@ -256,7 +241,7 @@ enum Source1Scenarios {
         }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = s1SignalOnceWaiting(d, fd, t)
+        let h = d.whenAsleep(trace: t, timeout: .seconds(5)) { s1Signal(fd) }
         t("run: " + d.run(DMode.default, 5))
         h.join(timeout: .seconds(5))
         s.invalidate()
@@ -271,7 +256,7 @@ enum Source1Scenarios {
         let s = d.makeSource1(descriptor: fd) { t("source1") }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.default)
-        let h = s1SignalOnceWaiting(d, fd, t)
+        let h = d.whenAsleep(trace: t, timeout: .seconds(5)) { s1Signal(fd) }
         t("run: " + d.run(DMode.default, 5, rash: true))
         h.join(timeout: .seconds(5))
         s.invalidate()
@@ -321,7 +306,7 @@ enum Source1Scenarios {
         let s = d.makeSource1(descriptor: fd) { t("source1") }
         t("valid: \(s.isValid)")
         d.addSource1(s, DMode.my)
-        let h = s1SignalOnceWaiting(d, fd, t)
+        let h = d.whenAsleep(trace: t, timeout: .seconds(5)) { s1Signal(fd) }
         let start = d.now()
         t("run default: " + d.run(DMode.default, 0.15, rash: true))
         t("default run slept to its timeout: \(d.now() - start >= 0.12)")

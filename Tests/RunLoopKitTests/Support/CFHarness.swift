@@ -153,6 +153,24 @@ extension LoopDriver {
         add(o, mode)
         return o
     }
+    /// When this loop sleeps, does `action` from another thread.
+    ///
+    /// Starts a helper thread that waits (at most `timeout`) until the loop is asleep in its kernel
+    /// wait (`isWaiting`: RunLoopKit's `RunLoop.isWaiting`, `CFRunLoopIsWaiting` on CF's side) and
+    /// then calls `action` on that thread. If the loop never sleeps in time, the helper writes
+    /// "helper: never saw the loop waiting" into `trace` instead (so the trace shows it and the
+    /// test fails). The scenario runs the loop after this call, then joins the returned thread.
+    func whenAsleep(
+        trace: DiffTrace, timeout: Duration = .seconds(2), _ action: @escaping @Sendable () -> Void
+    ) -> TestThread {
+        TestThread(name: "diff-helper") {
+            if waitUntil(timeout: timeout, { self.isWaiting }) {
+                action()
+            } else {
+                trace("helper: never saw the loop waiting")
+            }
+        }
+    }
     /// A source that is never signalled: keeps a mode non-empty and never wakes the loop.
     /// (Deliberately not a far-future timer, so that scenarios about wakeups do not depend on
     /// what adding a timer does to a loop that is not running.)
