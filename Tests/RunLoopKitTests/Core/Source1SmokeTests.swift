@@ -57,7 +57,8 @@ import class RunLoopKit.RunLoop
     /// another source's descriptor, is told `.closed` and invalidated without closing the new
     /// descriptor (a regression: it used to close it).
     @Test func reusedNumberIsNotClosedByTheEarlierOwningSource() {
-        let outcome = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> (firstEvents: String, firstValid: Bool, secondOpen: Bool) in
+        let outcome = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (firstEvents: String, firstValid: Bool, secondOpen: Bool) in
             let loop = RunLoop.current
             var first: [Int32] = [0, 0]
             var second: [Int32] = [0, 0]

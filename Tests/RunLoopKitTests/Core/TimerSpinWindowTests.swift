@@ -12,7 +12,8 @@ import class RunLoopKit.RunLoop
     /// With a window larger than the whole delay the loop spins from the start: the timer fires at
     /// or after its fire date (never before), and the spin counts as a wait for observers.
     @Test func spinningTimerNeverFiresEarly() {
-        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> (fireDate: Int64, firedAt: Int64, waits: Int) in
+        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (fireDate: Int64, firedAt: Int64, waits: Int) in
             let loop = RunLoop.current
             loop.timerSpinWindow = .milliseconds(100)
             let fireDate = ContinuousClock.now + .milliseconds(20)

@@ -161,7 +161,8 @@ extension Robustness {
     /// a use after free otherwise), and they can join another loop.
     @Suite struct TeardownOfCommonItemsTests {
         @Test func itemsOnlyInTheCommonListsAreUntiedWhenTheThreadExits() async {
-            let items = await TestThreads.run(name: "common-only") { () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
+            let items = await TestThreads.run(name: "common-only") {
+                () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
                 let loop = RunLoop.current
                 let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
                 let source = RunLoopSource {}

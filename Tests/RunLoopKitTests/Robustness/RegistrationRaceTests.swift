@@ -154,7 +154,8 @@ func raceRounds(
     }
     let shared = Shared()
     let release = TestEvent()
-    guard let host = TestThread.hostingLoop(name: "rlk-race-loop", run: { _ in _ = release.wait(timeout: .seconds(300)) })
+    guard
+        let host = TestThread.hostingLoop(name: "rlk-race-loop", run: { _ in _ = release.wait(timeout: .seconds(300)) })
     else { return RaceOutcome(rounds: 0, failures: 1, first: "no loop") }
     let loop = host.loop
 
