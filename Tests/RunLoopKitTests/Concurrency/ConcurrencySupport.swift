@@ -3,15 +3,17 @@ import RunLoopKit
 import Synchronization
 import Testing
 
-// Helpers for the Swift-concurrency tests: a loop on its own thread whose mode the test chooses,
+// Helpers for the Swift-concurrency tests: a hosted loop whose mode the test chooses,
 // an actor pinned to a loop, and a bounded await.
 
-/// A loop on a dedicated thread that runs, over and over, in the mode the test asks for, until
-/// ``finish(timeout:)``. A never-signalled source in the common modes and in every private mode
-/// keeps each run alive; a probe source in every private mode lets a test count passes there.
-final class ModalLoopHost: Sendable {
-    let loop: RunLoop
+/// The mode a hosted loop runs in, chosen by the test: a ``TestThread/hostingLoop(name:stackSize:sourceLocation:setup:run:)``
+/// whose thread runs, over and over, in the mode the test asks for, until ``finish(timeout:)``.
+/// A never-signalled source in the common modes and in every private mode keeps each run alive;
+/// a probe source in every private mode lets a test count passes there.
+final class ModalLoop: Sendable {
+    /// The thread hosting the loop.
     let thread: TestThread
+    var loop: RunLoop { thread.loop }
     /// The mode the thread runs in next; nil makes it return.
     private let wanted: TestMonitor<RunLoop.Mode?>
     /// Bumped by the probe source, which is in every private mode.
@@ -19,10 +21,8 @@ final class ModalLoopHost: Sendable {
     private let probe: RunLoopSource
 
     private init(
-        loop: RunLoop, thread: TestThread, wanted: TestMonitor<RunLoop.Mode?>, probePasses: TestMonitor<Int>,
-        probe: RunLoopSource
+        thread: TestThread, wanted: TestMonitor<RunLoop.Mode?>, probePasses: TestMonitor<Int>, probe: RunLoopSource
     ) {
-        self.loop = loop
         self.thread = thread
         self.wanted = wanted
         self.probePasses = probePasses
@@ -37,35 +37,33 @@ final class ModalLoopHost: Sendable {
         commonModes: [RunLoop.Mode] = [],
         privateModes: [RunLoop.Mode] = [],
         sourceLocation: SourceLocation = #_sourceLocation
-    ) -> ModalLoopHost? {
-        _ = TestLog.recorder
-        let published = TestMonitor<RunLoop?>(nil)
+    ) -> ModalLoop? {
         let wanted = TestMonitor<RunLoop.Mode?>(mode)
         let probePasses = TestMonitor(0)
         let probe = RunLoopSource { probePasses.update { $0 += 1 } }
-        let thread = TestThread(name: name) {
-            let loop = RunLoop.current
-            for mode in commonModes { loop.addCommonMode(mode) }
-            let keepAlive = RunLoopSource {}
-            loop.add(keepAlive, forMode: .common)
-            for mode in privateModes {
-                loop.add(keepAlive, forMode: mode)
-                loop.add(probe, forMode: mode)
-            }
-            published.update { $0 = loop }
-            // Each run is bounded, so that a stop() that arrives between two runs (and is dropped,
-            // as in CoreFoundation) delays a mode change by at most this long.
-            while let mode = wanted.read({ $0 }) {
-                loop.run(mode: mode, for: .milliseconds(100))
-            }
-            keepAlive.invalidate()
-            probe.invalidate()
-        }
-        guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
-            Issue.record("loop thread '\(name)' did not start", sourceLocation: sourceLocation)
-            return nil
-        }
-        return ModalLoopHost(loop: loop, thread: thread, wanted: wanted, probePasses: probePasses, probe: probe)
+        let keepAlive = RunLoopSource {}
+        guard
+            let thread = TestThread.hostingLoop(
+                name: name, sourceLocation: sourceLocation,
+                setup: { loop in
+                    for mode in commonModes { loop.addCommonMode(mode) }
+                    loop.add(keepAlive, forMode: .common)
+                    for mode in privateModes {
+                        loop.add(keepAlive, forMode: mode)
+                        loop.add(probe, forMode: mode)
+                    }
+                },
+                run: { loop in
+                    // Each run is bounded, so that a stop() that arrives between two runs (and is
+                    // dropped, as in CoreFoundation) delays a mode change by at most this long.
+                    while let mode = wanted.read({ $0 }) {
+                        loop.run(mode: mode, for: .milliseconds(100))
+                    }
+                    keepAlive.invalidate()
+                    probe.invalidate()
+                })
+        else { return nil }
+        return ModalLoop(thread: thread, wanted: wanted, probePasses: probePasses, probe: probe)
     }
 
     /// Makes the thread run in `mode` from its next run on, and ends the current run.

@@ -10,7 +10,7 @@ import Testing
     // MARK: The loop as an actor's executor
 
     @Test func actorMethodsRunOnTheLoopsThread() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-actor"))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-actor"))
         let actor = LoopActor(loop: host.loop)
         let tid = try #require(host.thread.tid())
 
@@ -48,7 +48,7 @@ import Testing
     }
 
     @Test func theLoopsTimersFireBetweenActorJobs() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-timer"))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-timer"))
         let loop = host.loop
         let actor = LoopActor(loop: loop)
         let trace = TestMonitor<[String]>([])
@@ -82,7 +82,7 @@ import Testing
     @Test func actorJobsRunInEveryCommonModeAndNotInAPrivateMode() async throws {
         let privateMode: RunLoop.Mode = "RLKConcurrencyPrivate"
         let host = try #require(
-            ModalLoopHost.start(
+            ModalLoop.start(
                 name: "rlk-conc-modes", mode: .tracking, commonModes: [.tracking], privateModes: [privateMode]))
         let actor = LoopActor(loop: host.loop)
 
@@ -114,7 +114,7 @@ import Testing
     // MARK: await loop.submit
 
     @Test func performReturnsTheBodysValueFromTheLoopsThread() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-perform", commonModes: [.tracking]))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-perform", commonModes: [.tracking]))
         let loop = host.loop
         let tid = try #require(host.thread.tid())
 
@@ -153,7 +153,7 @@ import Testing
     }
 
     @Test func performRethrowsTheBodysError() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-throw"))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-throw"))
         let loop = host.loop
         await #expect(throws: Boom(code: 7)) {
             try await loop.submit { () throws -> Int in throw Boom(code: 7) }
@@ -169,7 +169,7 @@ import Testing
     /// A caller isolated to an actor pinned to the loop awaits a body on that loop: the job
     /// suspends (the loop is not blocked) and the loop runs the body in a later pass.
     @Test func anActorOnTheLoopAwaitsPerformOnTheSameLoopWithoutDeadlock() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-nested", commonModes: [.tracking]))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-nested", commonModes: [.tracking]))
         let actor = LoopActor(loop: host.loop)
         let tid = try #require(host.thread.tid())
 
@@ -207,16 +207,11 @@ import Testing
     }
 
     @Test func performQueuedWhenTheLoopsThreadExitsThrows() async throws {
-        _ = TestLog.recorder
-        let published = TestMonitor<RunLoop?>(nil)
         let exit = TestEvent()
         // The thread never runs its loop: the block stays queued until the thread's exit drops it.
-        let thread = TestThread(name: "rlk-conc-exit") {
-            published.update { $0 = RunLoop.current }
-            _ = exit.wait(timeout: .seconds(60))
-        }
-        #expect(await published.waitAsync(timeout: .seconds(10)) { $0 != nil })
-        let loop = try #require(published.read { $0 })
+        let thread = try #require(
+            TestThread.hostingLoop(name: "rlk-conc-exit") { _ in _ = exit.wait(timeout: .seconds(60)) })
+        let loop = thread.loop
         let outcome = TestMonitor<Result<Int, any Error>?>(nil)
         // Runs until its first suspension here: the block is queued on return.
         Task.immediate {
@@ -245,7 +240,7 @@ import Testing
     }
 
     @Test func isIsolatingCurrentContextIsTrueOnlyOnTheLoopsThread() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-isolating"))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-isolating"))
         let loop = host.loop
         #expect(loop.isIsolatingCurrentContext() == false)
         #expect(try await loop.submit { loop.isIsolatingCurrentContext() } == true)
@@ -257,7 +252,7 @@ import Testing
     /// Four tasks call an actor pinned to the loop many times (and await `perform` now and then)
     /// while the loop's timer fires: every call counted once, every one on the loop's thread.
     @Test func manyTasksCallALoopPinnedActor() async throws {
-        let host = try #require(ModalLoopHost.start(name: "rlk-conc-stress"))
+        let host = try #require(ModalLoop.start(name: "rlk-conc-stress"))
         let loop = host.loop
         let actor = LoopActor(loop: loop)
         let ticks = Atomic<Int>(0)

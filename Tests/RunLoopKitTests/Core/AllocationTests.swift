@@ -13,7 +13,7 @@ import class RunLoopKit.RunLoop
     /// A Source0 that re-signals itself, with an all-activities observer: 10,000 passes after a
     /// warm-up, counted on the loop thread.
     @Test func sourcePassesAllocateNothing() {
-        let allocations = diffRunOnFreshThread { () -> Int in
+        let allocations = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> Int in
             let loop = RunLoop.current
             let passes = Mutex(0)
             let counted = Mutex(-1)
@@ -46,7 +46,7 @@ import class RunLoopKit.RunLoop
     /// A 200 µs repeating timer: 100 fires after a warm-up, each a real sleep in epoll_wait and a
     /// timerfd re-arm, counted on the loop thread.
     @Test func timerPassesAllocateNothing() {
-        let allocations = diffRunOnFreshThread { () -> Int in
+        let allocations = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> Int in
             let loop = RunLoop.current
             let fires = Mutex(0)
             let counted = Mutex(-1)

@@ -13,7 +13,7 @@ import class RunLoopKit.RunLoop
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         let (readEnd, writeEnd) = (fds[0], fds[1])
-        let result = diffRunOnFreshThread { () -> [String] in
+        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> [String] in
             let loop = RunLoop.current
             let trace = Mutex<[String]>([])
             let port = MessagePort<Int>(order: 1) { message in trace.locked { $0.append("message \(message)") } }
@@ -57,7 +57,8 @@ import class RunLoopKit.RunLoop
     /// another source's descriptor, is told `.closed` and invalidated without closing the new
     /// descriptor (a regression: it used to close it).
     @Test func reusedNumberIsNotClosedByTheEarlierOwningSource() {
-        let outcome = diffRunOnFreshThread { () -> (firstEvents: String, firstValid: Bool, secondOpen: Bool) in
+        let outcome = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (firstEvents: String, firstValid: Bool, secondOpen: Bool) in
             let loop = RunLoop.current
             var first: [Int32] = [0, 0]
             var second: [Int32] = [0, 0]

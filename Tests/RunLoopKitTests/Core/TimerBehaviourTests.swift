@@ -11,7 +11,8 @@ import class RunLoopKit.RunLoop
     /// A repeating timer whose handler overruns keeps its phase and skips the missed points: the
     /// next fire date is `first + k·interval`, the first such point after the handler returned.
     @Test func repeatingTimerKeepsPhaseAndSkipsMissedFirePoints() {
-        let result = diffRunOnFreshThread { () -> (Int64, Int64, Int64, Int, Int64, Int64) in
+        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (Int64, Int64, Int64, Int, Int64, Int64) in
             let loop = RunLoop.current
             let interval: Int64 = 20_000_000
             let first = ContinuousClock.now + .milliseconds(5)
@@ -69,7 +70,8 @@ import class RunLoopKit.RunLoop
     /// 100 timers due within 10 ms, each with 10 ms of tolerance, are served by at most three
     /// wakeups (CoreFoundation on Linux ignores tolerance and wakes for each distinct date).
     @Test func toleranceCoalescesWakeups() {
-        let result = diffRunOnFreshThread { () -> (wakeups: Int, fired: Int, late: Int64) in
+        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (wakeups: Int, fired: Int, late: Int64) in
             let loop = RunLoop.current
             let wakeups = Mutex(0)
             let fired = Mutex(0)
@@ -102,7 +104,7 @@ import class RunLoopKit.RunLoop
     }
 
     @Test func nextTimerFireDateIsTheEarliestValidTimer() {
-        let ok = diffRunOnFreshThread { () -> Bool in
+        let ok = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> Bool in
             let loop = RunLoop.current
             let base = ContinuousClock.now + .seconds(100)
             let early = RunLoopTimer(fireAt: base) { _ in }

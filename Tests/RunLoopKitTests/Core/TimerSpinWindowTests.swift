@@ -12,7 +12,8 @@ import class RunLoopKit.RunLoop
     /// With a window larger than the whole delay the loop spins from the start: the timer fires at
     /// or after its fire date (never before), and the spin counts as a wait for observers.
     @Test func spinningTimerNeverFiresEarly() {
-        let result = diffRunOnFreshThread { () -> (fireDate: Int64, firedAt: Int64, waits: Int) in
+        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
+            () -> (fireDate: Int64, firedAt: Int64, waits: Int) in
             let loop = RunLoop.current
             loop.timerSpinWindow = .milliseconds(100)
             let fireDate = ContinuousClock.now + .milliseconds(20)
@@ -41,20 +42,23 @@ import class RunLoopKit.RunLoop
     @Test func spinningLoopAnswersOtherThreads() {
         let spinning = TestEvent()
         let ran = TestEvent()
-        let loopBox = Mutex<RunLoop?>(nil)
-        let thread = TestThread(name: "spin-window") {
-            let loop = RunLoop.current
-            loopBox.locked { $0 = loop }
-            loop.timerSpinWindow = .seconds(60)
-            let timer = RunLoopTimer(after: .seconds(30)) { _ in }
-            loop.add(timer, forMode: .default)
-            loop.add(RunLoopObserver(activities: .beforeWaiting) { _, _ in spinning.fire() }, forMode: .default)
-            let result = loop.run(mode: .default, for: .seconds(30))
-            #expect(result == .stopped)
-            timer.invalidate()
-        }
+        let timer = RunLoopTimer(after: .seconds(30)) { _ in }
+        guard
+            let thread = TestThread.hostingLoop(
+                name: "spin-window",
+                setup: { loop in
+                    loop.timerSpinWindow = .seconds(60)
+                    loop.add(timer, forMode: .default)
+                    loop.add(RunLoopObserver(activities: .beforeWaiting) { _, _ in spinning.fire() }, forMode: .default)
+                },
+                run: { loop in
+                    let result = loop.run(mode: .default, for: .seconds(30))
+                    #expect(result == .stopped)
+                    timer.invalidate()
+                })
+        else { return }
         #expect(spinning.wait(timeout: .seconds(10)))
-        let loop = loopBox.locked { $0 }!
+        let loop = thread.loop
         let start = ContinuousClock.now
         loop.perform { ran.fire() }
         #expect(ran.wait(timeout: .seconds(10)))

@@ -5,1109 +5,1087 @@ import Foundation
 // A scenario runs on a fresh thread with a fresh loop, records what happened in a trace, and
 // must be deterministic on CF: no real-time values in the trace, only facts (order of calls,
 // results) and, where a clock matters, booleans against generous lower bounds.
-// Times are seconds since the driver's creation; modes are strings (see `DMode`).
+// Times are seconds since the driver's creation; modes are strings (see `DiffMode`).
 
 /// Mutable state shared between a scenario and its callbacks (all on the scenario thread
 /// unless a helper thread is involved, which only reads/writes under the caller's ordering).
 final class DiffRef<T>: @unchecked Sendable {
-    var v: T
-    init(_ v: T) { self.v = v }
+    var value: T
+    init(_ value: T) { self.value = value }
 }
 
 typealias DiffScenario = @Sendable (any LoopDriver, DiffTrace) -> Void
 
 enum DiffScenarios {
     // §3.1 an empty mode returns finished at once, without observer calls.
-    static let emptyDefaultMode: DiffScenario = { d, t in
-        d.traceActivities(t)
-        t("run: " + d.run(DMode.default, 0.05))
-        t("run: " + d.run(DMode.my, 0.05))
+    static let emptyDefaultMode: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        trace("run: " + loop.run(DiffMode.default, 0.05))
+        trace("run: " + loop.run(DiffMode.my, 0.05))
     }
 
     // §3.1 running in the common-modes placeholder returns finished, even with items in it.
-    static let commonModesPlaceholder: DiffScenario = { d, t in
-        d.traceActivities(t, DMode.common)
-        let s = d.makeSource(order: 0) { t("source") }
-        d.add(s, DMode.common)
-        s.signal()
-        t("run common: " + d.run(DMode.common, 0.05))
-        t("run default: " + d.run(DMode.default, 0, rash: true))
+    static let commonModesPlaceholder: DiffScenario = { loop, trace in
+        loop.traceActivities(trace, DiffMode.common)
+        let source = loop.makeSource(order: 0) { trace("source") }
+        loop.add(source, DiffMode.common)
+        source.signal()
+        trace("run common: " + loop.run(DiffMode.common, 0.05))
+        trace("run default: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // §3.1 observers do not make a mode non-empty.
-    static let modeWithOnlyObserverIsEmpty: DiffScenario = { d, t in
-        d.traceActivities(t, DMode.my)
-        d.traceActivities(t, DMode.default)
-        t("run my: " + d.run(DMode.my, 0.05))
-        t("run default: " + d.run(DMode.default, 0.05))
+    static let modeWithOnlyObserverIsEmpty: DiffScenario = { loop, trace in
+        loop.traceActivities(trace, DiffMode.my)
+        loop.traceActivities(trace, DiffMode.default)
+        trace("run my: " + loop.run(DiffMode.my, 0.05))
+        trace("run default: " + loop.run(DiffMode.default, 0.05))
     }
 
     // §3.2-3.5 order of one run: entry, beforeTimers, beforeSources, blocks, source0, blocks,
     // (no sleep after a handled source), ..., beforeWaiting, afterWaiting, timers, blocks, exit.
-    static let fullIterationOrder: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        s.signal()
-        d.perform { t("block") }
-        let tm = d.makeTimer(fireAt: 0.02) { _ in
-            t("timer"); d.stop()
+    static let fullIterationOrder: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        source.signal()
+        loop.perform { trace("block") }
+        let timer = loop.makeTimer(fireAt: 0.02) { _ in
+            trace("timer"); loop.stop()
         }
-        d.add(tm, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(timer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // §3.3 timeout 0: no sleep, so no beforeWaiting/afterWaiting.
-    static let timeoutZeroSkipsSleep: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0))
+    static let timeoutZeroSkipsSleep: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // §3.3 a handled source means the next wait does not block: no sleep notifications.
-    static let handledSourceSkipsSleep: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        s.signal()
-        let tm = d.makeTimer(fireAt: 0.02) { _ in
-            t("timer"); d.stop()
+    static let handledSourceSkipsSleep: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        source.signal()
+        let timer = loop.makeTimer(fireAt: 0.02) { _ in
+            trace("timer"); loop.stop()
         }
-        d.add(tm, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(timer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // Observers run by ascending order; equal orders keep insertion order.
-    static let observersSortedByOrder: DiffScenario = { d, t in
+    static let observersSortedByOrder: DiffScenario = { loop, trace in
         for (name, order) in [("o5", 5), ("oMinus1", -1), ("o2", 2), ("o0a", 0), ("o0b", 0), ("o2b", 2)] {
-            let o = d.makeObserver(DAct.entry | DAct.exit, repeats: true, order: order) { _, a in
-                t("\(name) \(DAct.name(a))")
+            let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.exit, repeats: true, order: order) {
+                _, activity in
+                trace("\(name) \(DiffActivity.name(activity))")
             }
-            d.add(o, DMode.default)
+            loop.add(observer, DiffMode.default)
         }
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0))
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // A non-repeating observer is invalidated right after its first call.
-    static let nonRepeatingObserver: DiffScenario = { d, t in
-        let o = d.makeObserver(DAct.all, repeats: false, order: 0) { o, a in
-            t("once \(DAct.name(a)) valid=\(o.isValid)")
+    static let nonRepeatingObserver: DiffScenario = { loop, trace in
+        let observer = loop.makeObserver(DiffActivity.all, repeats: false, order: 0) { observer, activity in
+            trace("once \(DiffActivity.name(activity)) valid=\(observer.isValid)")
         }
-        d.add(o, DMode.default)
-        d.keepAlive()
-        t("run1: " + d.run(DMode.default, 0))
-        t("valid after: \(o.isValid)")
-        t("run2: " + d.run(DMode.default, 0))
+        loop.add(observer, DiffMode.default)
+        loop.keepAlive()
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("valid after: \(observer.isValid)")
+        trace("run2: " + loop.run(DiffMode.default, 0))
     }
 
     // An observer is not re-entered while it is running (nested run from its callback).
-    static let observerNotReentered: DiffScenario = { d, t in
+    static let observerNotReentered: DiffScenario = { loop, trace in
         let depth = DiffRef(0)
-        let o = d.makeObserver(DAct.entry | DAct.exit, repeats: true, order: 0) { _, a in
-            t("O \(DAct.name(a))")
-            if a == DAct.entry && depth.v == 0 {
-                depth.v += 1
-                t("nested: " + d.run(DMode.default, 0))
-                depth.v -= 1
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.exit, repeats: true, order: 0) {
+            _, activity in
+            trace("O \(DiffActivity.name(activity))")
+            if activity == DiffActivity.entry && depth.value == 0 {
+                depth.value += 1
+                trace("nested: " + loop.run(DiffMode.default, 0))
+                depth.value -= 1
             }
         }
-        d.add(o, DMode.default)
-        d.traceActivities(t, prefix: "P ", order: 1)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0))
+        loop.add(observer, DiffMode.default)
+        loop.traceActivities(trace, prefix: "P ", order: 1)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // §3.3 signalled Source0s are performed by ascending order.
-    static let source0ByOrder: DiffScenario = { d, t in
+    static let source0ByOrder: DiffScenario = { loop, trace in
         var all: [any DiffSource] = []
         for order in [3, 1, 2, -5] {
-            let s = d.makeSource(order: order) { t("source order \(order)") }
-            d.add(s, DMode.default)
-            all.append(s)
+            let source = loop.makeSource(order: order) { trace("source order \(order)") }
+            loop.add(source, DiffMode.default)
+            all.append(source)
         }
-        for s in all.reversed() { s.signal() }
-        t("run: " + d.run(DMode.default, 0))
+        for source in all.reversed() { source.signal() }
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // signal() does not wake a sleeping loop: the source waits for the next pass.
-    static let signalFromOtherThreadDoesNotWake: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { s.signal() } else { t("helper: never saw the loop waiting") }
-        }
+    static let signalFromOtherThreadDoesNotWake: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) { source.signal() }
         // The loop sleeps until the 150 ms timeout; the signal arrives while it sleeps.
-        t("run1: " + d.run(DMode.default, 0.15))
-        h.join()
-        t("run2: " + d.run(DMode.default, 0, rash: true))
+        trace("run1: " + loop.run(DiffMode.default, 0.15))
+        helper.join(timeout: .seconds(5))
+        trace("run2: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
-    static let signalInBeforeWaitingDoesNotWake: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
+    static let signalInBeforeWaitingDoesNotWake: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
         let once = DiffRef(false)
-        let o = d.makeObserver(DAct.all, repeats: true, order: 0) { _, a in
-            t(DAct.name(a))
-            if a == DAct.beforeWaiting && !once.v { once.v = true; s.signal(); t("signalled") }
+        let observer = loop.makeObserver(DiffActivity.all, repeats: true, order: 0) { _, activity in
+            trace(DiffActivity.name(activity))
+            if activity == DiffActivity.beforeWaiting && !once.value {
+                once.value = true; source.signal(); trace("signalled")
+            }
         }
-        d.add(o, DMode.default)
-        t("run1: " + d.run(DMode.default, 0.1))
-        t("run2: " + d.run(DMode.default, 0, rash: true))
+        loop.add(observer, DiffMode.default)
+        trace("run1: " + loop.run(DiffMode.default, 0.1))
+        trace("run2: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // signal() + wakeUp() from another thread: the sleeping loop wakes and performs the source.
-    static let signalPlusWakeUpWakes: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) {
-            t("source0"); d.stop()
+    static let signalPlusWakeUpWakes: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) {
+            trace("source0"); loop.stop()
         }
-        d.add(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                s.signal(); d.wakeUp()
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        loop.add(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) {
+            source.signal(); loop.wakeUp()
         }
-        t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 2.0))
+        helper.join(timeout: .seconds(5))
     }
 
     // returnAfterSourceHandled with two signalled sources.
-    static let rashTwoSources: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let a = d.makeSource(order: 0) { t("A") }
-        let b = d.makeSource(order: 1) { t("B") }
-        d.add(a, DMode.default); d.add(b, DMode.default)
+    static let returnAfterSourceHandledTwoSources: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let a = loop.makeSource(order: 0) { trace("A") }
+        let b = loop.makeSource(order: 1) { trace("B") }
+        loop.add(a, DiffMode.default); loop.add(b, DiffMode.default)
         a.signal(); b.signal()
-        t("run1: " + d.run(DMode.default, 1.0, rash: true))
-        t("run2: " + d.run(DMode.default, 1.0, rash: true))
+        trace("run1: " + loop.run(DiffMode.default, 1.0, returnAfterSourceHandled: true))
+        trace("run2: " + loop.run(DiffMode.default, 1.0, returnAfterSourceHandled: true))
     }
 
     // A timer firing is not a handled source.
-    static let rashTimerNotHandled: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0.1, rash: true))
+    static let returnAfterSourceHandledTimerNotHandled: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0.1, returnAfterSourceHandled: true))
     }
 
     // A block is not a handled source.
-    static let rashBlockNotHandled: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        d.perform { t("block") }
-        t("run: " + d.run(DMode.default, 0.05, rash: true))
+    static let returnAfterSourceHandledBlockNotHandled: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        loop.perform { trace("block") }
+        trace("run: " + loop.run(DiffMode.default, 0.05, returnAfterSourceHandled: true))
     }
 
     // wakeUp() with nothing to do is not a handled source.
-    static let rashWakeUpNotHandled: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
-        }
-        t("run: " + d.run(DMode.default, 0.15, rash: true))
-        h.join()
+    static let returnAfterSourceHandledWakeUpNotHandled: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let helper = loop.whenAsleep(trace: trace) { loop.wakeUp() }
+        trace("run: " + loop.run(DiffMode.default, 0.15, returnAfterSourceHandled: true))
+        helper.join(timeout: .seconds(5))
     }
 
     // §3.4 handledSource is checked before the timeout.
-    static let handledSourceBeatsTimeout: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 0, rash: true))
+    static let handledSourceBeatsTimeout: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // §3.4 the timeout is checked before stop; the stop does not carry over into the next run.
-    static let timeoutBeatsStop: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) {
-            t("source0 stops"); d.stop()
+    static let timeoutBeatsStop: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) {
+            trace("source0 stops"); loop.stop()
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run1: " + d.run(DMode.default, 0))
-        t("run2: " + d.run(DMode.default, 0.05))
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("run2: " + loop.run(DiffMode.default, 0.05))
     }
 
     // Blocks run FIFO, only in the modes they were queued for.
-    static let blocksFifoPerMode: DiffScenario = { d, t in
-        d.keepAlive(DMode.default)
-        d.keepAlive(DMode.my)
-        d.perform([DMode.default]) { t("b1 default") }
-        d.perform([DMode.common]) { t("b2 common") }
-        d.perform([DMode.my]) { t("b3 my") }
-        d.perform([DMode.default]) { t("b4 default") }
-        d.perform([DMode.my, DMode.default]) { t("b5 my+default") }
-        d.perform([DMode.tracking]) { t("b6 tracking") }
-        t("run default: " + d.run(DMode.default, 0))
-        t("run my: " + d.run(DMode.my, 0))
-        t("run default again: " + d.run(DMode.default, 0))
+    static let blocksFifoPerMode: DiffScenario = { loop, trace in
+        loop.keepAlive(DiffMode.default)
+        loop.keepAlive(DiffMode.my)
+        loop.perform([DiffMode.default]) { trace("b1 default") }
+        loop.perform([DiffMode.common]) { trace("b2 common") }
+        loop.perform([DiffMode.my]) { trace("b3 my") }
+        loop.perform([DiffMode.default]) { trace("b4 default") }
+        loop.perform([DiffMode.my, DiffMode.default]) { trace("b5 my+default") }
+        loop.perform([DiffMode.tracking]) { trace("b6 tracking") }
+        trace("run default: " + loop.run(DiffMode.default, 0))
+        trace("run my: " + loop.run(DiffMode.my, 0))
+        trace("run default again: " + loop.run(DiffMode.default, 0))
     }
 
     // A pending block for a mode counts as work only if the mode exists.
-    static let blockForUncreatedMode: DiffScenario = { d, t in
-        d.perform(["FreshMode"]) { t("fresh block") }
-        t("run fresh: " + d.run("FreshMode", 0.05))
-        d.perform([DMode.default]) { t("default block") }
-        t("run default: " + d.run(DMode.default, 0.05))
+    static let blockForUncreatedMode: DiffScenario = { loop, trace in
+        loop.perform(["FreshMode"]) { trace("fresh block") }
+        trace("run fresh: " + loop.run("FreshMode", 0.05))
+        loop.perform([DiffMode.default]) { trace("default block") }
+        trace("run default: " + loop.run(DiffMode.default, 0.05))
     }
 
     // A block queued by a block runs in the next pass, not the same one.
-    static let blockFromBlockNextPass: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        d.perform {
-            t("b1")
-            d.perform {
-                t("b2 (queued by b1)"); d.stop()
+    static let blockFromBlockNextPass: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        loop.perform {
+            trace("b1")
+            loop.perform {
+                trace("b2 (queued by b1)"); loop.stop()
             }
         }
-        t("run: " + d.run(DMode.default, 0.05))
+        trace("run: " + loop.run(DiffMode.default, 0.05))
     }
 
     // After a source is handled the blocks run again: a block queued by a block before the
     // sources runs after them in the same iteration.
-    static let blockFromBlockAfterSources: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        s.signal()
-        d.perform {
-            t("b1")
-            d.perform { t("b2 (queued by b1)") }
+    static let blockFromBlockAfterSources: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        source.signal()
+        loop.perform {
+            trace("b1")
+            loop.perform { trace("b2 (queued by b1)") }
         }
-        t("run: " + d.run(DMode.default, 0, rash: true))
+        trace("run: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // A block queued by a timer handler runs at the end of the same iteration.
-    static let blockFromTimerSameIteration: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 0.01) { _ in
-            t("timer")
-            d.perform {
-                t("block from timer"); d.stop()
+    static let blockFromTimerSameIteration: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in
+            trace("timer")
+            loop.perform {
+                trace("block from timer"); loop.stop()
             }
         }
-        d.add(tm, DMode.default)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(timer, DiffMode.default)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // CF: CFRunLoopPerformBlock does not wake a sleeping loop.
-    static let performDoesNotWake: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let start = d.now()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                d.perform { t("block at>=timeout: \(d.now() - start >= 0.145)") }
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+    static let performDoesNotWake: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let start = loop.now()
+        let helper = loop.whenAsleep(trace: trace) {
+            loop.perform { trace("block at>=timeout: \(loop.now() - start >= 0.145)") }
         }
-        t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        helper.join(timeout: .seconds(5))
     }
 
     // stop() ends only the innermost run.
-    static let stopInnermostOnly: DiffScenario = { d, t in
-        let b = d.makeSource(order: 0) {
-            t("B stops"); d.stop()
+    static let stopInnermostOnly: DiffScenario = { loop, trace in
+        let b = loop.makeSource(order: 0) {
+            trace("B stops"); loop.stop()
         }
-        d.add(b, DMode.my)
-        let a = d.makeSource(order: 0) {
-            t("A in \(d.currentMode ?? "nil")")
+        loop.add(b, DiffMode.my)
+        let a = loop.makeSource(order: 0) {
+            trace("A in \(loop.currentMode ?? "nil")")
             b.signal()
-            t("nested: " + d.run(DMode.my, 1.0))
-            t("A after nested in \(d.currentMode ?? "nil")")
+            trace("nested: " + loop.run(DiffMode.my, 1.0))
+            trace("A after nested in \(loop.currentMode ?? "nil")")
         }
-        d.add(a, DMode.default)
+        loop.add(a, DiffMode.default)
         a.signal()
-        d.traceActivities(t, DMode.default, prefix: "default ")
-        d.traceActivities(t, DMode.my, prefix: "my ")
-        t("outer: " + d.run(DMode.default, 0.05))
+        loop.traceActivities(trace, DiffMode.default, prefix: "default ")
+        loop.traceActivities(trace, DiffMode.my, prefix: "my ")
+        trace("outer: " + loop.run(DiffMode.default, 0.05))
     }
 
     // A stop while the loop is not running is dropped.
-    static let stopWhileNotRunningDropped: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        d.stop()
-        t("run: " + d.run(DMode.default, 0.05))
+    static let stopWhileNotRunningDropped: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        loop.stop()
+        trace("run: " + loop.run(DiffMode.default, 0.05))
     }
 
-    static let stopFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.stop() } else { t("helper: never saw the loop waiting") }
-        }
-        t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+    static let stopFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let helper = loop.whenAsleep(trace: trace) { loop.stop() }
+        trace("run: " + loop.run(DiffMode.default, 2.0))
+        helper.join(timeout: .seconds(5))
     }
 
     // wakeUp() with nothing to do: the run goes on until its timeout.
-    static let wakeUpNothingToDo: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { d.wakeUp() } else { t("helper: never saw the loop waiting") }
-        }
-        t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+    static let wakeUpNothingToDo: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let helper = loop.whenAsleep(trace: trace) { loop.wakeUp() }
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        helper.join(timeout: .seconds(5))
     }
 
     // Nested run in another mode; currentMode is the innermost and is restored.
-    static let nestedRunCurrentMode: DiffScenario = { d, t in
-        t("before: \(d.currentMode ?? "nil")")
-        let inner = d.makeSource(order: 0) { t("inner source in \(d.currentMode ?? "nil")") }
-        d.add(inner, DMode.tracking)
-        let outer = d.makeSource(order: 0) {
-            t("outer source in \(d.currentMode ?? "nil")")
+    static let nestedRunCurrentMode: DiffScenario = { loop, trace in
+        trace("before: \(loop.currentMode ?? "nil")")
+        let inner = loop.makeSource(order: 0) { trace("inner source in \(loop.currentMode ?? "nil")") }
+        loop.add(inner, DiffMode.tracking)
+        let outer = loop.makeSource(order: 0) {
+            trace("outer source in \(loop.currentMode ?? "nil")")
             inner.signal()
-            t("nested: " + d.run(DMode.tracking, 1.0, rash: true))
-            t("back in \(d.currentMode ?? "nil")")
+            trace("nested: " + loop.run(DiffMode.tracking, 1.0, returnAfterSourceHandled: true))
+            trace("back in \(loop.currentMode ?? "nil")")
         }
-        d.add(outer, DMode.default)
+        loop.add(outer, DiffMode.default)
         outer.signal()
-        let o = d.makeObserver(DAct.entry | DAct.exit, repeats: true, order: 0) { _, a in
-            t("observer \(DAct.name(a)) in \(d.currentMode ?? "nil")")
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.exit, repeats: true, order: 0) {
+            _, activity in
+            trace("observer \(DiffActivity.name(activity)) in \(loop.currentMode ?? "nil")")
         }
-        d.add(o, DMode.common)
-        d.addCommonMode(DMode.tracking)
-        t("run: " + d.run(DMode.default, 1.0, rash: true))
-        t("after: \(d.currentMode ?? "nil")")
+        loop.add(observer, DiffMode.common)
+        loop.addCommonMode(DiffMode.tracking)
+        trace("run: " + loop.run(DiffMode.default, 1.0, returnAfterSourceHandled: true))
+        trace("after: \(loop.currentMode ?? "nil")")
     }
 
     // Adding a mode to the common modes adds every common item to it.
-    static let commonModesFanOut: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0 in \(d.currentMode ?? "nil")") }
-        d.add(s, DMode.common)
-        let o = d.makeObserver(DAct.entry | DAct.exit, repeats: true, order: 0) { _, a in t("observer \(DAct.name(a))")
+    static let commonModesFanOut: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0 in \(loop.currentMode ?? "nil")") }
+        loop.add(source, DiffMode.common)
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.exit, repeats: true, order: 0) {
+            _, activity in trace("observer \(DiffActivity.name(activity))")
         }
-        d.add(o, DMode.common)
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer in \(d.currentMode ?? "nil")") }
-        d.add(tm, DMode.common)
-        t("run tracking before: " + d.run(DMode.tracking, 0.05))
-        d.addCommonMode(DMode.tracking)
-        s.signal()
-        t("run tracking: " + d.run(DMode.tracking, 1.0, rash: true))
-        t("run tracking timer: " + d.run(DMode.tracking, 0.1))
-        s.signal()
-        t("run default: " + d.run(DMode.default, 0, rash: true))
+        loop.add(observer, DiffMode.common)
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer in \(loop.currentMode ?? "nil")") }
+        loop.add(timer, DiffMode.common)
+        trace("run tracking before: " + loop.run(DiffMode.tracking, 0.05))
+        loop.addCommonMode(DiffMode.tracking)
+        source.signal()
+        trace("run tracking: " + loop.run(DiffMode.tracking, 1.0, returnAfterSourceHandled: true))
+        trace("run tracking timer: " + loop.run(DiffMode.tracking, 0.1))
+        source.signal()
+        trace("run default: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // An item added to .common later reaches every existing common mode.
-    static let commonItemAddedLater: DiffScenario = { d, t in
-        d.addCommonMode(DMode.my)
-        d.keepAlive(DMode.my)
-        let s = d.makeSource(order: 0) { t("source0 in \(d.currentMode ?? "nil")") }
-        d.add(s, DMode.common)
-        s.signal()
-        t("run my: " + d.run(DMode.my, 0, rash: true))
-        s.signal()
-        t("run tracking: " + d.run(DMode.tracking, 0, rash: true))
-        s.signal()
-        t("run default: " + d.run(DMode.default, 0, rash: true))
+    static let commonItemAddedLater: DiffScenario = { loop, trace in
+        loop.addCommonMode(DiffMode.my)
+        loop.keepAlive(DiffMode.my)
+        let source = loop.makeSource(order: 0) { trace("source0 in \(loop.currentMode ?? "nil")") }
+        loop.add(source, DiffMode.common)
+        source.signal()
+        trace("run my: " + loop.run(DiffMode.my, 0, returnAfterSourceHandled: true))
+        source.signal()
+        trace("run tracking: " + loop.run(DiffMode.tracking, 0, returnAfterSourceHandled: true))
+        source.signal()
+        trace("run default: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // Blocks queued for .common run in every common mode (including one added later).
-    static let commonBlocks: DiffScenario = { d, t in
-        d.keepAlive(DMode.tracking)
-        d.perform([DMode.common]) { t("common block 1 in \(d.currentMode ?? "nil")") }
-        t("run tracking (not common yet): " + d.run(DMode.tracking, 0))
-        d.addCommonMode(DMode.tracking)
-        t("run tracking (common): " + d.run(DMode.tracking, 0))
+    static let commonBlocks: DiffScenario = { loop, trace in
+        loop.keepAlive(DiffMode.tracking)
+        loop.perform([DiffMode.common]) { trace("common block 1 in \(loop.currentMode ?? "nil")") }
+        trace("run tracking (not common yet): " + loop.run(DiffMode.tracking, 0))
+        loop.addCommonMode(DiffMode.tracking)
+        trace("run tracking (common): " + loop.run(DiffMode.tracking, 0))
     }
 
     // A repeating timer keeps its phase and skips missed fire points.
-    static let repeatingTimerSkipsMissed: DiffScenario = { d, t in
+    static let repeatingTimerSkipsMissed: DiffScenario = { loop, trace in
         // interval 40 ms, first fire at 40 ms; the first call blocks 100 ms (2.5 intervals), so
         // fire points 80 and 120 ms are missed and the next fire is at point 3 (160 ms). Fire point
         // index = floor((now - first) / interval): robust to up to 40 ms of lateness.
         let first = 0.04, interval = 0.04
-        let n = DiffRef(0)
-        let tm = d.makeTimer(fireAt: first, interval: interval) { tm in
-            let k = Int(((d.now() - first) / interval).rounded(.down))
-            n.v += 1
-            t("fire #\(n.v) at point \(k)")
-            if n.v == 1 { usleep(100_000) }
-            if n.v == 2 { tm.invalidate() }
+        let calls = DiffRef(0)
+        let timer = loop.makeTimer(fireAt: first, interval: interval) { timer in
+            let point = Int(((loop.now() - first) / interval).rounded(.down))
+            calls.value += 1
+            trace("fire #\(calls.value) at point \(point)")
+            if calls.value == 1 { usleep(100_000) }
+            if calls.value == 2 { timer.invalidate() }
         }
-        d.add(tm, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(timer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // A fire date set inside the handler of a repeating timer is kept.
-    static let setFireDateInHandlerRepeating: DiffScenario = { d, t in
-        let n = DiffRef(0)
-        let tm = d.makeTimer(fireAt: 0.01, interval: 10) { tm in
-            n.v += 1
-            t("fire #\(n.v)")
-            if n.v == 1 { tm.setFireDate(d.now() + 0.03) }  // instead of the next interval (10 s)
-            if n.v == 2 { t("valid: \(tm.isValid)"); tm.invalidate() }
+    static let setFireDateInHandlerRepeating: DiffScenario = { loop, trace in
+        let calls = DiffRef(0)
+        let timer = loop.makeTimer(fireAt: 0.01, interval: 10) { timer in
+            calls.value += 1
+            trace("fire #\(calls.value)")
+            if calls.value == 1 { timer.setFireDate(loop.now() + 0.03) }  // instead of the next interval (10 s)
+            if calls.value == 2 { trace("valid: \(timer.isValid)"); timer.invalidate() }
         }
-        d.add(tm, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(timer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
-    static let setFireDateInHandlerOneShot: DiffScenario = { d, t in
-        let n = DiffRef(0)
-        let tm = d.makeTimer(fireAt: 0.01) { tm in
-            n.v += 1
-            t("fire #\(n.v)")
-            if n.v == 1 { tm.setFireDate(d.now() + 0.03) }
+    static let setFireDateInHandlerOneShot: DiffScenario = { loop, trace in
+        let calls = DiffRef(0)
+        let timer = loop.makeTimer(fireAt: 0.01) { timer in
+            calls.value += 1
+            trace("fire #\(calls.value)")
+            if calls.value == 1 { timer.setFireDate(loop.now() + 0.03) }
         }
-        d.add(tm, DMode.default)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0.15))
-        t("valid after: \(tm.isValid)")
+        loop.add(timer, DiffMode.default)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        trace("valid after: \(timer.isValid)")
     }
 
     // Two timers with the same fire date.
-    static let equalFireDates: DiffScenario = { d, t in
+    static let equalFireDates: DiffScenario = { loop, trace in
         for name in ["A", "B", "C"] {
-            let tm = d.makeTimer(fireAt: 0.02) { _ in t("timer \(name)") }
-            d.add(tm, DMode.default)
+            let timer = loop.makeTimer(fireAt: 0.02) { _ in trace("timer \(name)") }
+            loop.add(timer, DiffMode.default)
         }
-        t("run: " + d.run(DMode.default, 1.0))
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // Due timers fire by ascending fire date, whatever the insertion order.
-    static let timersByFireDate: DiffScenario = { d, t in
+    static let timersByFireDate: DiffScenario = { loop, trace in
         for (name, at) in [("t3", 0.003), ("t1", 0.001), ("t2", 0.002)] {
-            let tm = d.makeTimer(fireAt: at) { _ in t("timer \(name)") }
-            d.add(tm, DMode.default)
+            let timer = loop.makeTimer(fireAt: at) { _ in trace("timer \(name)") }
+            loop.add(timer, DiffMode.default)
         }
         usleep(10_000)  // all three are due before the run starts
-        d.traceActivities(t)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.traceActivities(trace)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // Invalidating a source from its own perform and from another perform in the same pass.
-    static let invalidateSources: DiffScenario = { d, t in
+    static let invalidateSources: DiffScenario = { loop, trace in
         let cRef = DiffRef<(any DiffSource)?>(nil)
         let aRef = DiffRef<(any DiffSource)?>(nil)
-        let a = d.makeSource(order: 0) {
-            t("A invalidates itself"); aRef.v?.invalidate()
+        let a = loop.makeSource(order: 0) {
+            trace("A invalidates itself"); aRef.value?.invalidate()
         }
-        aRef.v = a
-        let b = d.makeSource(order: 1) {
-            t("B invalidates C"); cRef.v?.invalidate()
+        aRef.value = a
+        let b = loop.makeSource(order: 1) {
+            trace("B invalidates C"); cRef.value?.invalidate()
         }
-        let c = d.makeSource(order: 2) { t("C") }
-        cRef.v = c
-        let e = d.makeSource(order: 3) { t("E") }
-        for s in [a, b, c, e] { d.add(s, DMode.default); s.signal() }
-        t("run1: " + d.run(DMode.default, 0))
-        t("valid: a=\(a.isValid) b=\(b.isValid) c=\(c.isValid)")
+        let c = loop.makeSource(order: 2) { trace("C") }
+        cRef.value = c
+        let e = loop.makeSource(order: 3) { trace("E") }
+        for source in [a, b, c, e] { loop.add(source, DiffMode.default); source.signal() }
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("valid: a=\(a.isValid) b=\(b.isValid) c=\(c.isValid)")
         a.signal(); c.signal(); b.signal()
-        t("run2: " + d.run(DMode.default, 0))
+        trace("run2: " + loop.run(DiffMode.default, 0))
     }
 
     // Removing (not invalidating) a signalled source from another perform in the same pass.
-    static let removeSourceSamePass: DiffScenario = { d, t in
+    static let removeSourceSamePass: DiffScenario = { loop, trace in
         let cRef = DiffRef<(any DiffSource)?>(nil)
-        let b = d.makeSource(order: 1) {
-            t("B removes C"); if let c = cRef.v { d.remove(c, DMode.default) }
+        let b = loop.makeSource(order: 1) {
+            trace("B removes C"); if let c = cRef.value { loop.remove(c, DiffMode.default) }
         }
-        let c = d.makeSource(order: 2) { t("C") }
-        cRef.v = c
-        d.keepAlive()
-        for s in [b, c] { d.add(s, DMode.default); s.signal() }
-        t("run1: " + d.run(DMode.default, 0))
-        t("run2: " + d.run(DMode.default, 0))
-        d.add(c, DMode.default)
-        t("run3 (C re-added, still signalled?): " + d.run(DMode.default, 0))
+        let c = loop.makeSource(order: 2) { trace("C") }
+        cRef.value = c
+        loop.keepAlive()
+        for source in [b, c] { loop.add(source, DiffMode.default); source.signal() }
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("run2: " + loop.run(DiffMode.default, 0))
+        loop.add(c, DiffMode.default)
+        trace("run3 (C re-added, still signalled?): " + loop.run(DiffMode.default, 0))
     }
 
     // Invalidating observers from their own callback and another one in the same pass.
-    static let invalidateObservers: DiffScenario = { d, t in
+    static let invalidateObservers: DiffScenario = { loop, trace in
         let yRef = DiffRef<(any DiffObserver)?>(nil)
-        let x = d.makeObserver(DAct.beforeTimers, repeats: true, order: 0) { o, _ in
-            t("X invalidates itself and Y"); o.invalidate(); yRef.v?.invalidate()
+        let x = loop.makeObserver(DiffActivity.beforeTimers, repeats: true, order: 0) { observer, _ in
+            trace("X invalidates itself and Y"); observer.invalidate(); yRef.value?.invalidate()
         }
-        let y = d.makeObserver(DAct.beforeTimers, repeats: true, order: 1) { _, _ in t("Y") }
-        yRef.v = y
-        let z = d.makeObserver(DAct.beforeTimers | DAct.exit, repeats: true, order: 2) { _, a in t("Z \(DAct.name(a))")
+        let y = loop.makeObserver(DiffActivity.beforeTimers, repeats: true, order: 1) { _, _ in trace("Y") }
+        yRef.value = y
+        let z = loop.makeObserver(DiffActivity.beforeTimers | DiffActivity.exit, repeats: true, order: 2) {
+            _, activity in trace("Z \(DiffActivity.name(activity))")
         }
-        for o in [x, y, z] { d.add(o, DMode.default) }
-        d.keepAlive()
-        t("run1: " + d.run(DMode.default, 0))
-        t("run2: " + d.run(DMode.default, 0))
+        for observer in [x, y, z] { loop.add(observer, DiffMode.default) }
+        loop.keepAlive()
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("run2: " + loop.run(DiffMode.default, 0))
     }
 
-    static let removeObserverSamePass: DiffScenario = { d, t in
+    static let removeObserverSamePass: DiffScenario = { loop, trace in
         let yRef = DiffRef<(any DiffObserver)?>(nil)
-        let x = d.makeObserver(DAct.beforeTimers, repeats: true, order: 0) { _, _ in
-            t("X removes Y"); if let y = yRef.v { d.remove(y, DMode.default) }
+        let x = loop.makeObserver(DiffActivity.beforeTimers, repeats: true, order: 0) { _, _ in
+            trace("X removes Y"); if let y = yRef.value { loop.remove(y, DiffMode.default) }
         }
-        let y = d.makeObserver(DAct.beforeTimers, repeats: true, order: 1) { _, _ in t("Y") }
-        yRef.v = y
-        for o in [x, y] { d.add(o, DMode.default) }
-        d.keepAlive()
-        t("run1: " + d.run(DMode.default, 0))
-        t("run2: " + d.run(DMode.default, 0))
+        let y = loop.makeObserver(DiffActivity.beforeTimers, repeats: true, order: 1) { _, _ in trace("Y") }
+        yRef.value = y
+        for observer in [x, y] { loop.add(observer, DiffMode.default) }
+        loop.keepAlive()
+        trace("run1: " + loop.run(DiffMode.default, 0))
+        trace("run2: " + loop.run(DiffMode.default, 0))
     }
 
     // Invalidating timers from their own handler and from another handler in the same pass.
-    static let invalidateTimers: DiffScenario = { d, t in
+    static let invalidateTimers: DiffScenario = { loop, trace in
         let bRef = DiffRef<(any DiffTimer)?>(nil)
-        let a = d.makeTimer(fireAt: 0.001, interval: 0.01) { tm in
-            t("A invalidates itself and B"); tm.invalidate(); bRef.v?.invalidate()
+        let a = loop.makeTimer(fireAt: 0.001, interval: 0.01) { timer in
+            trace("A invalidates itself and B"); timer.invalidate(); bRef.value?.invalidate()
         }
-        let b = d.makeTimer(fireAt: 0.002, interval: 0.01) { _ in t("B") }
-        bRef.v = b
-        let c = d.makeTimer(fireAt: 0.003) { _ in t("C") }
-        for tm in [a, b, c] { d.add(tm, DMode.default) }
+        let b = loop.makeTimer(fireAt: 0.002, interval: 0.01) { _ in trace("B") }
+        bRef.value = b
+        let c = loop.makeTimer(fireAt: 0.003) { _ in trace("C") }
+        for timer in [a, b, c] { loop.add(timer, DiffMode.default) }
         usleep(10_000)
-        t("run: " + d.run(DMode.default, 0.05))
+        trace("run: " + loop.run(DiffMode.default, 0.05))
     }
 
-    static let removeTimerSamePass: DiffScenario = { d, t in
+    static let removeTimerSamePass: DiffScenario = { loop, trace in
         let bRef = DiffRef<(any DiffTimer)?>(nil)
-        let a = d.makeTimer(fireAt: 0.001) { _ in
-            t("A removes B"); if let b = bRef.v { d.remove(b, DMode.default) }
+        let a = loop.makeTimer(fireAt: 0.001) { _ in
+            trace("A removes B"); if let b = bRef.value { loop.remove(b, DiffMode.default) }
         }
-        let b = d.makeTimer(fireAt: 0.002) { _ in t("B") }
-        bRef.v = b
-        for tm in [a, b] { d.add(tm, DMode.default) }
+        let b = loop.makeTimer(fireAt: 0.002) { _ in trace("B") }
+        bRef.value = b
+        for timer in [a, b] { loop.add(timer, DiffMode.default) }
         usleep(10_000)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0.05))
-        t("B valid: \(b.isValid)")
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0.05))
+        trace("B valid: \(b.isValid)")
     }
 
     // A one-shot timer that was the only item: after it fires the mode is empty → finished.
-    static let oneShotTimerOnlyItem: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+    static let oneShotTimerOnlyItem: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
-    static let sourceRemovesItselfLastItem: DiffScenario = { d, t in
-        d.traceActivities(t)
+    static let sourceRemovesItselfLastItem: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
         let ref = DiffRef<(any DiffSource)?>(nil)
-        let s = d.makeSource(order: 0) {
-            t("source removes itself"); if let s = ref.v { d.remove(s, DMode.default) }
+        let source = loop.makeSource(order: 0) {
+            trace("source removes itself"); if let source = ref.value { loop.remove(source, DiffMode.default) }
         }
-        ref.v = s
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 1.0))
+        ref.value = source
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
-    static let timerInOtherModeDoesNotFire: DiffScenario = { d, t in
-        let tm = d.makeTimer(fireAt: 0.001) { _ in t("timer in \(d.currentMode ?? "nil")") }
-        d.add(tm, DMode.my)
-        d.keepAlive()
+    static let timerInOtherModeDoesNotFire: DiffScenario = { loop, trace in
+        let timer = loop.makeTimer(fireAt: 0.001) { _ in trace("timer in \(loop.currentMode ?? "nil")") }
+        loop.add(timer, DiffMode.my)
+        loop.keepAlive()
         usleep(5_000)
-        t("run default: " + d.run(DMode.default, 0.03))
-        t("run my: " + d.run(DMode.my, 0.03))
+        trace("run default: " + loop.run(DiffMode.default, 0.03))
+        trace("run my: " + loop.run(DiffMode.my, 0.03))
     }
 
     // Tolerance: CF Linux ignores it; RunLoopKit uses it to share wakeups (deviation 2).
     // A is due at 20 ms with 100 ms of tolerance, B at 60 ms with none. "late" means A ran at
     // least 30 ms after its fire date, i.e. in B's wakeup (CF runs it at ~20 ms).
-    static let tolerance: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let a = d.makeTimer(fireAt: 0.02, tolerance: 0.1) { _ in t("A late=\(d.now() >= 0.05)") }
-        let b = d.makeTimer(fireAt: 0.06) { _ in
-            t("B"); d.stop()
+    static let tolerance: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let a = loop.makeTimer(fireAt: 0.02, tolerance: 0.1) { _ in trace("A late=\(loop.now() >= 0.05)") }
+        let b = loop.makeTimer(fireAt: 0.06) { _ in
+            trace("B"); loop.stop()
         }
-        d.add(a, DMode.default); d.add(b, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(a, DiffMode.default); loop.add(b, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
-    static let wakeUpWhileNotRunningDropped: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        d.wakeUp()
-        t("run: " + d.run(DMode.default, 0.05))
+    static let wakeUpWhileNotRunningDropped: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        loop.wakeUp()
+        trace("run: " + loop.run(DiffMode.default, 0.05))
     }
 
-    static let runUntilStopped: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let n = DiffRef(0)
-        let tm = d.makeTimer(fireAt: 0.01, interval: 0.01) { _ in
-            n.v += 1
-            t("timer #\(n.v)")
-            if n.v == 2 { d.stop() }
+    static let runUntilStopped: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let calls = DiffRef(0)
+        let timer = loop.makeTimer(fireAt: 0.01, interval: 0.01) { _ in
+            calls.value += 1
+            trace("timer #\(calls.value)")
+            if calls.value == 2 { loop.stop() }
         }
-        d.add(tm, DMode.default)
-        d.runUntilStoppedOrFinished()
-        t("returned")
+        loop.add(timer, DiffMode.default)
+        loop.runUntilStoppedOrFinished()
+        trace("returned")
     }
 
-    static let runUntilFinished: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        d.runUntilStoppedOrFinished()
-        t("returned")
+    static let runUntilFinished: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        loop.runUntilStoppedOrFinished()
+        trace("returned")
     }
 
     // The classic UIScrollView case: a default-mode timer waits during a tracking-mode run,
     // a common-mode timer fires in it.
-    static let trackingModeTimers: DiffScenario = { d, t in
-        d.addCommonMode(DMode.tracking)
-        let dt = d.makeTimer(fireAt: 0.01) { _ in t("default timer in \(d.currentMode ?? "nil")") }
-        d.add(dt, DMode.default)
-        let ct = d.makeTimer(fireAt: 0.01) { _ in t("common timer in \(d.currentMode ?? "nil")") }
-        d.add(ct, DMode.common)
-        d.keepAlive(DMode.tracking)
-        let s = d.makeSource(order: 0) {
-            t("nested tracking: " + d.run(DMode.tracking, 0.05))
+    static let trackingModeTimers: DiffScenario = { loop, trace in
+        loop.addCommonMode(DiffMode.tracking)
+        let defaultTimer = loop.makeTimer(fireAt: 0.01) { _ in trace("default timer in \(loop.currentMode ?? "nil")") }
+        loop.add(defaultTimer, DiffMode.default)
+        let commonTimer = loop.makeTimer(fireAt: 0.01) { _ in trace("common timer in \(loop.currentMode ?? "nil")") }
+        loop.add(commonTimer, DiffMode.common)
+        loop.keepAlive(DiffMode.tracking)
+        let source = loop.makeSource(order: 0) {
+            trace("nested tracking: " + loop.run(DiffMode.tracking, 0.05))
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run default: " + d.run(DMode.default, 0.05))
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run default: " + loop.run(DiffMode.default, 0.05))
     }
 
     // stop() from a beforeWaiting observer.
-    static let stopInBeforeWaiting: DiffScenario = { d, t in
-        d.keepAlive()
-        let o = d.makeObserver(DAct.all, repeats: true, order: 0) { _, a in
-            t(DAct.name(a))
-            if a == DAct.beforeWaiting { d.stop() }
+    static let stopInBeforeWaiting: DiffScenario = { loop, trace in
+        loop.keepAlive()
+        let observer = loop.makeObserver(DiffActivity.all, repeats: true, order: 0) { _, activity in
+            trace(DiffActivity.name(activity))
+            if activity == DiffActivity.beforeWaiting { loop.stop() }
         }
-        d.add(o, DMode.default)
-        let start = d.now()
-        t("run: " + d.run(DMode.default, 0.15))
-        t("returned before timeout: \(d.now() - start < 0.14)")
+        loop.add(observer, DiffMode.default)
+        let start = loop.now()
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        trace("returned before timeout: \(loop.now() - start < 0.14)")
     }
 
     // wakeUp() from a beforeWaiting observer.
-    static let wakeUpInBeforeWaiting: DiffScenario = { d, t in
-        d.keepAlive()
+    static let wakeUpInBeforeWaiting: DiffScenario = { loop, trace in
+        loop.keepAlive()
         let once = DiffRef(false)
-        let o = d.makeObserver(DAct.all, repeats: true, order: 0) { _, a in
-            t(DAct.name(a))
-            if a == DAct.beforeWaiting && !once.v { once.v = true; d.wakeUp() }
+        let observer = loop.makeObserver(DiffActivity.all, repeats: true, order: 0) { _, activity in
+            trace(DiffActivity.name(activity))
+            if activity == DiffActivity.beforeWaiting && !once.value { once.value = true; loop.wakeUp() }
         }
-        d.add(o, DMode.default)
-        t("run: " + d.run(DMode.default, 0.15))
+        loop.add(observer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0.15))
     }
 
     // A timer is not re-entered while its handler runs a nested run.
-    static let timerNotReentered: DiffScenario = { d, t in
-        let n = DiffRef(0)
-        let a = d.makeTimer(fireAt: 0.001, interval: 0.01) { tm in
-            n.v += 1
-            t("A #\(n.v)")
-            if n.v == 1 {
-                t("nested: " + d.run(DMode.default, 0.05))
-                tm.invalidate()
+    static let timerNotReentered: DiffScenario = { loop, trace in
+        let calls = DiffRef(0)
+        let a = loop.makeTimer(fireAt: 0.001, interval: 0.01) { timer in
+            calls.value += 1
+            trace("A #\(calls.value)")
+            if calls.value == 1 {
+                trace("nested: " + loop.run(DiffMode.default, 0.05))
+                timer.invalidate()
             }
         }
-        d.add(a, DMode.default)
-        let b = d.makeTimer(fireAt: 0.02) { _ in t("B") }
-        d.add(b, DMode.default)
-        t("run: " + d.run(DMode.default, 0.1))
+        loop.add(a, DiffMode.default)
+        let b = loop.makeTimer(fireAt: 0.02) { _ in trace("B") }
+        loop.add(b, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0.1))
     }
 
     // A source that signals itself runs again in the next iteration, not the same pass.
-    static let sourceResignalsItself: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let n = DiffRef(0)
+    static let sourceResignalsItself: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let calls = DiffRef(0)
         let ref = DiffRef<(any DiffSource)?>(nil)
-        let s = d.makeSource(order: 0) {
-            n.v += 1
-            t("source #\(n.v)")
-            if n.v == 1 { ref.v?.signal() } else { d.stop() }
+        let source = loop.makeSource(order: 0) {
+            calls.value += 1
+            trace("source #\(calls.value)")
+            if calls.value == 1 { ref.value?.signal() } else { loop.stop() }
         }
-        ref.v = s
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 1.0))
+        ref.value = source
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // A source signalled from a beforeSources observer is performed in the same iteration.
-    static let signalInBeforeSources: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
+    static let signalInBeforeSources: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
         let once = DiffRef(false)
-        let o = d.makeObserver(DAct.all, repeats: true, order: 0) { _, a in
-            t(DAct.name(a))
-            if a == DAct.beforeSources && !once.v { once.v = true; s.signal() }
+        let observer = loop.makeObserver(DiffActivity.all, repeats: true, order: 0) { _, activity in
+            trace(DiffActivity.name(activity))
+            if activity == DiffActivity.beforeSources && !once.value { once.value = true; source.signal() }
         }
-        d.add(o, DMode.default)
-        t("run: " + d.run(DMode.default, 0, rash: true))
+        loop.add(observer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // A default-mode block queued during a nested tracking run waits for the outer run.
-    static let blockForOuterModeWaitsForNested: DiffScenario = { d, t in
-        d.keepAlive(DMode.tracking)
-        let s = d.makeSource(order: 0) {
-            d.perform([DMode.default]) { t("default block in \(d.currentMode ?? "nil")") }
-            d.perform([DMode.tracking]) { t("tracking block in \(d.currentMode ?? "nil")") }
-            t("nested: " + d.run(DMode.tracking, 0))
-            t("nested returned")
+    static let blockForOuterModeWaitsForNested: DiffScenario = { loop, trace in
+        loop.keepAlive(DiffMode.tracking)
+        let source = loop.makeSource(order: 0) {
+            loop.perform([DiffMode.default]) { trace("default block in \(loop.currentMode ?? "nil")") }
+            loop.perform([DiffMode.tracking]) { trace("tracking block in \(loop.currentMode ?? "nil")") }
+            trace("nested: " + loop.run(DiffMode.tracking, 0))
+            trace("nested returned")
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 0))
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // One observer added to two modes is called once per activity of the running mode.
-    static let observerInTwoModes: DiffScenario = { d, t in
-        let o = d.makeObserver(DAct.entry | DAct.exit, repeats: true, order: 0) { _, a in
-            t("observer \(DAct.name(a)) in \(d.currentMode ?? "nil")")
+    static let observerInTwoModes: DiffScenario = { loop, trace in
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.exit, repeats: true, order: 0) {
+            _, activity in
+            trace("observer \(DiffActivity.name(activity)) in \(loop.currentMode ?? "nil")")
         }
-        d.add(o, DMode.default)
-        d.add(o, DMode.tracking)
-        d.keepAlive(DMode.default)
-        d.keepAlive(DMode.tracking)
-        t("run default: " + d.run(DMode.default, 0))
-        t("run tracking: " + d.run(DMode.tracking, 0))
-        d.remove(o, DMode.default)
-        t("run default: " + d.run(DMode.default, 0))
-        t("run tracking: " + d.run(DMode.tracking, 0))
+        loop.add(observer, DiffMode.default)
+        loop.add(observer, DiffMode.tracking)
+        loop.keepAlive(DiffMode.default)
+        loop.keepAlive(DiffMode.tracking)
+        trace("run default: " + loop.run(DiffMode.default, 0))
+        trace("run tracking: " + loop.run(DiffMode.tracking, 0))
+        loop.remove(observer, DiffMode.default)
+        trace("run default: " + loop.run(DiffMode.default, 0))
+        trace("run tracking: " + loop.run(DiffMode.tracking, 0))
     }
 
     // NSRunLoop run(mode:before:): false at once for an empty mode; otherwise one run that
     // returns after the first handled source (true).
-    static let runModeBeforeDate: DiffScenario = { d, t in
-        d.traceActivities(t)
-        t("empty: \(d.runBefore(DMode.default, 0.05))")
-        let a = d.makeSource(order: 0) { t("A") }
-        let b = d.makeSource(order: 1) { t("B") }
-        d.add(a, DMode.default); d.add(b, DMode.default)
+    static let runModeBeforeDate: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        trace("empty: \(loop.runBefore(DiffMode.default, 0.05))")
+        let a = loop.makeSource(order: 0) { trace("A") }
+        let b = loop.makeSource(order: 1) { trace("B") }
+        loop.add(a, DiffMode.default); loop.add(b, DiffMode.default)
         a.signal(); b.signal()
-        t("with sources: \(d.runBefore(DMode.default, 0.05))")
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        t("with timer: \(d.runBefore(DMode.default, 0.05))")
+        trace("with sources: \(loop.runBefore(DiffMode.default, 0.05))")
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        trace("with timer: \(loop.runBefore(DiffMode.default, 0.05))")
     }
 
     // NSRunLoop run(until:): a stop() ends one pass only; the passes go on until the date.
-    static let runUntilDate: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) {
-            t("source stops"); d.stop()
+    static let runUntilDate: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) {
+            trace("source stops"); loop.stop()
         }
-        d.add(s, DMode.default)
-        s.signal()
-        let start = d.now()
-        let tm = d.makeTimer(fireAt: start + 0.02) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        d.keepAlive()
-        d.runUntil(0.08)
-        t("returned after the date: \(d.now() - start >= 0.075)")
+        loop.add(source, DiffMode.default)
+        source.signal()
+        let start = loop.now()
+        let timer = loop.makeTimer(fireAt: start + 0.02) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        loop.keepAlive()
+        loop.runUntil(0.08)
+        trace("returned after the date: \(loop.now() - start >= 0.075)")
     }
 
-    static let runUntilDateEmpty: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let start = d.now()
-        d.runUntil(0.05)
-        t("returned at once: \(d.now() - start < 0.04)")
+    static let runUntilDateEmpty: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let start = loop.now()
+        loop.runUntil(0.05)
+        trace("returned at once: \(loop.now() - start < 0.04)")
     }
 
     // Modes are created on demand and never removed.
-    static let modesCreatedOnDemand: DiffScenario = { d, t in
-        t("fresh: \(d.allModes)")
-        let tm = d.makeTimer(fireAt: 3600) { _ in }
-        d.add(tm, DMode.my)
-        t("after adding a timer to MyMode: \(d.allModes)")
-        d.remove(tm, DMode.my)
-        t("after removing it: \(d.allModes)")
-        d.perform(["BlockMode"]) {}
-        t("after queueing a block for BlockMode: \(d.allModes)")
-        _ = d.run("RunOnlyMode", 0)
-        t("after running RunOnlyMode: \(d.allModes)")
+    static let modesCreatedOnDemand: DiffScenario = { loop, trace in
+        trace("fresh: \(loop.allModes)")
+        let timer = loop.makeTimer(fireAt: 3600) { _ in }
+        loop.add(timer, DiffMode.my)
+        trace("after adding a timer to MyMode: \(loop.allModes)")
+        loop.remove(timer, DiffMode.my)
+        trace("after removing it: \(loop.allModes)")
+        loop.perform(["BlockMode"]) {}
+        trace("after queueing a block for BlockMode: \(loop.allModes)")
+        _ = loop.run("RunOnlyMode", 0)
+        trace("after running RunOnlyMode: \(loop.allModes)")
     }
 
     // wakeUp() from a source's perform, while the loop is busy (not about to sleep).
-    static let wakeUpWhileBusy: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) {
-            t("source wakes the loop"); d.wakeUp()
+    static let wakeUpWhileBusy: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) {
+            trace("source wakes the loop"); loop.wakeUp()
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 0.1))
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 0.1))
     }
 
     // CF: addCommonMode creates the mode only when .common holds items to copy into it.
-    static let addCommonModeWithoutCommonItems: DiffScenario = { d, t in
-        d.addCommonMode(DMode.tracking)
-        t("after addCommonMode(tracking): \(d.allModes)")
-        d.keepAlive(DMode.common)
-        d.addCommonMode(DMode.my)
-        t("after a common item and addCommonMode(MyMode): \(d.allModes)")
+    static let addCommonModeWithoutCommonItems: DiffScenario = { loop, trace in
+        loop.addCommonMode(DiffMode.tracking)
+        trace("after addCommonMode(tracking): \(loop.allModes)")
+        loop.keepAlive(DiffMode.common)
+        loop.addCommonMode(DiffMode.my)
+        trace("after a common item and addCommonMode(MyMode): \(loop.allModes)")
     }
 
     // A timer added from a callback during a run: the loop sleeps until it is due.
-    static let timerAddedFromCallback: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) {
-            t("source adds a timer")
-            let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
-                t("timer"); d.stop()
+    static let timerAddedFromCallback: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) {
+            trace("source adds a timer")
+            let timer = loop.makeTimer(fireAt: loop.now() + 0.01) { _ in
+                trace("timer"); loop.stop()
             }
-            d.add(tm, DMode.default)
+            loop.add(timer, DiffMode.default)
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // A timer belongs to at most one loop: adding it to a second loop does nothing.
-    static let timerBelongsToOneLoop: DiffScenario = { d, t in
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer fired") }
+    static let timerBelongsToOneLoop: DiffScenario = { loop, trace in
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer fired") }
         let added = DispatchSemaphore(value: 0)
         let done = DispatchSemaphore(value: 0)
-        let h = DiffHelperThread {
-            let other = d.sibling()  // the helper thread's own loop, never run
-            other.add(tm, DMode.default)
+        let helper = TestThread(name: "diff-helper") {
+            let other = loop.sibling()  // the helper thread's own loop, never run
+            other.add(timer, DiffMode.default)
             added.signal()
             _ = done.wait(timeout: .now() + 5)
         }
         _ = added.wait(timeout: .now() + 5)
-        d.add(tm, DMode.default)  // ignored
-        t("run: " + d.run(DMode.default, 0.05))
-        t("valid: \(tm.isValid)")
+        loop.add(timer, DiffMode.default)  // ignored
+        trace("run: " + loop.run(DiffMode.default, 0.05))
+        trace("valid: \(timer.isValid)")
         done.signal()
-        h.join()
+        helper.join(timeout: .seconds(5))
     }
 
     // NSRunLoop acceptInput(forMode:before:): one run that returns after a handled source.
-    static let acceptInputOnce: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let a = d.makeSource(order: 0) { t("A") }
-        let b = d.makeSource(order: 1) { t("B") }
-        d.add(a, DMode.default); d.add(b, DMode.default)
+    static let acceptInputOnce: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let a = loop.makeSource(order: 0) { trace("A") }
+        let b = loop.makeSource(order: 1) { trace("B") }
+        loop.add(a, DiffMode.default); loop.add(b, DiffMode.default)
         a.signal(); b.signal()
-        d.acceptInput(DMode.default, 0.05)
-        t("returned")
-        d.acceptInput(DMode.my, 0.05)  // empty mode: returns at once
-        t("returned from empty mode")
+        loop.acceptInput(DiffMode.default, 0.05)
+        trace("returned")
+        loop.acceptInput(DiffMode.my, 0.05)  // empty mode: returns at once
+        trace("returned from empty mode")
     }
 
     // nextTimerFireDate(forMode:): the earliest valid timer of the mode, nil if none.
     // Dates are printed rounded to 10 ms (they are whole multiples of 100 ms from the epoch).
-    static let nextTimerFireDate: DiffScenario = { d, t in
+    static let nextTimerFireDate: DiffScenario = { loop, trace in
         func show(_ label: String, _ mode: String) {
-            t("\(label): " + (d.nextTimerFireDate(mode).map { String(format: "%.2f", $0) } ?? "nil"))
+            trace("\(label): " + (loop.nextTimerFireDate(mode).map { String(format: "%.2f", $0) } ?? "nil"))
         }
-        show("empty default", DMode.default)
-        let late = d.makeTimer(fireAt: 0.5) { _ in }
-        let early = d.makeTimer(fireAt: 0.3) { _ in }
-        d.add(late, DMode.my); d.add(early, DMode.my)
-        show("my", DMode.my)
-        show("default", DMode.default)
+        show("empty default", DiffMode.default)
+        let late = loop.makeTimer(fireAt: 0.5) { _ in }
+        let early = loop.makeTimer(fireAt: 0.3) { _ in }
+        loop.add(late, DiffMode.my); loop.add(early, DiffMode.my)
+        show("my", DiffMode.my)
+        show("default", DiffMode.default)
         early.invalidate()
-        show("my after invalidating the earliest", DMode.my)
-        let common = d.makeTimer(fireAt: 0.2) { _ in }
-        d.add(common, DMode.common)
-        d.addCommonMode(DMode.tracking)
-        show("tracking (common)", DMode.tracking)
-        show("default (common)", DMode.default)
+        show("my after invalidating the earliest", DiffMode.my)
+        let common = loop.makeTimer(fireAt: 0.2) { _ in }
+        loop.add(common, DiffMode.common)
+        loop.addCommonMode(DiffMode.tracking)
+        show("tracking (common)", DiffMode.tracking)
+        show("default (common)", DiffMode.default)
         late.setFireDate(0.1)
-        show("my after moving the other", DMode.my)
+        show("my after moving the other", DiffMode.my)
     }
 
     // A signalled source invalidated before the run is not performed.
-    static let invalidatedSignalledSource: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        s.signal()
-        s.invalidate()
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0, rash: true))
+    static let invalidatedSignalledSource: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        source.signal()
+        source.invalidate()
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
 
     // An observer added by another observer during a pass is not called for that activity, but
     // is for the next one.
-    static let observerAddedDuringPass: DiffScenario = { d, t in
+    static let observerAddedDuringPass: DiffScenario = { loop, trace in
         let added = DiffRef(false)
-        let x = d.makeObserver(DAct.beforeTimers, repeats: true, order: 0) { _, _ in
-            t("X beforeTimers")
-            if !added.v {
-                added.v = true
-                let y = d.makeObserver(DAct.beforeTimers | DAct.beforeSources, repeats: true, order: 1) { _, a in
-                    t("Y \(DAct.name(a))")
+        let x = loop.makeObserver(DiffActivity.beforeTimers, repeats: true, order: 0) { _, _ in
+            trace("X beforeTimers")
+            if !added.value {
+                added.value = true
+                let y = loop.makeObserver(
+                    DiffActivity.beforeTimers | DiffActivity.beforeSources, repeats: true, order: 1
+                ) { _, activity in
+                    trace("Y \(DiffActivity.name(activity))")
                 }
-                d.add(y, DMode.default)
+                loop.add(y, DiffMode.default)
             }
         }
-        d.add(x, DMode.default)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, 0))
+        loop.add(x, DiffMode.default)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, 0))
     }
 
     // A source added and signalled by another source's perform runs in the next iteration.
-    static let sourceAddedDuringPass: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let a = d.makeSource(order: 0) {
-            t("A adds and signals B")
-            let b = d.makeSource(order: 1) {
-                t("B"); d.stop()
+    static let sourceAddedDuringPass: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let a = loop.makeSource(order: 0) {
+            trace("A adds and signals B")
+            let b = loop.makeSource(order: 1) {
+                trace("B"); loop.stop()
             }
-            d.add(b, DMode.default)
+            loop.add(b, DiffMode.default)
             b.signal()
         }
-        d.add(a, DMode.default)
+        loop.add(a, DiffMode.default)
         a.signal()
-        t("run: " + d.run(DMode.default, 1.0))
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // A timer added by a timer handler with a fire date already past fires in the next pass.
-    static let dueTimerAddedByTimer: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let a = d.makeTimer(fireAt: 0.005) { _ in
-            t("A adds an overdue timer")
-            let b = d.makeTimer(fireAt: 0) { _ in
-                t("B"); d.stop()
+    static let dueTimerAddedByTimer: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let a = loop.makeTimer(fireAt: 0.005) { _ in
+            trace("A adds an overdue timer")
+            let b = loop.makeTimer(fireAt: 0) { _ in
+                trace("B"); loop.stop()
             }
-            d.add(b, DMode.default)
+            loop.add(b, DiffMode.default)
         }
-        d.add(a, DMode.default)
-        t("run: " + d.run(DMode.default, 1.0))
+        loop.add(a, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 1.0))
     }
 
     // Moving a timer's fire date earlier from another thread wakes the sleeping loop.
-    static let setFireDateFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 3600) { _ in
-            t("timer"); d.stop()
+    static let setFireDateFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 3600) { _ in
+            trace("timer"); loop.stop()
         }
-        d.add(tm, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                tm.setFireDate(d.now())
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        loop.add(timer, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) {
+            timer.setFireDate(loop.now())
         }
-        t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 2.0))
+        helper.join(timeout: .seconds(5))
     }
 
     // A timer added from another thread while the loop sleeps fires at its date.
-    static let timerAddedFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                let tm = d.makeTimer(fireAt: d.now() + 0.01) { _ in
-                    t("timer"); d.stop()
-                }
-                d.add(tm, DMode.default)
-            } else {
-                t("helper: never saw the loop waiting")
+    static let timerAddedFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let helper = loop.whenAsleep(trace: trace) {
+            let timer = loop.makeTimer(fireAt: loop.now() + 0.01) { _ in
+                trace("timer"); loop.stop()
             }
+            loop.add(timer, DiffMode.default)
         }
-        t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 2.0))
+        helper.join(timeout: .seconds(5))
     }
 
     // A source added from another thread while the loop sleeps, then signalled and woken.
-    static let sourceAddedFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                let s = d.makeSource(order: 0) {
-                    t("source0"); d.stop()
-                }
-                d.add(s, DMode.default)
-                s.signal()
-                d.wakeUp()
-            } else {
-                t("helper: never saw the loop waiting")
+    static let sourceAddedFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        let helper = loop.whenAsleep(trace: trace) {
+            let source = loop.makeSource(order: 0) {
+                trace("source0"); loop.stop()
             }
+            loop.add(source, DiffMode.default)
+            source.signal()
+            loop.wakeUp()
         }
-        t("run: " + d.run(DMode.default, 2.0))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 2.0))
+        helper.join(timeout: .seconds(5))
     }
 
     // A negative timeout counts as zero.
-    static let negativeTimeout: DiffScenario = { d, t in
-        d.traceActivities(t)
-        d.keepAlive()
-        t("run: " + d.run(DMode.default, -1))
+    static let negativeTimeout: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        loop.keepAlive()
+        trace("run: " + loop.run(DiffMode.default, -1))
     }
 
     // A source is not protected against re-entry: re-signalled from its own perform, it is
     // performed again by a nested run started in that perform.
-    static let sourceReenteredInNestedRun: DiffScenario = { d, t in
+    static let sourceReenteredInNestedRun: DiffScenario = { loop, trace in
         let depth = DiffRef(0)
         let ref = DiffRef<(any DiffSource)?>(nil)
-        let s = d.makeSource(order: 0) {
-            t("source at depth \(depth.v)")
-            if depth.v == 0 {
-                depth.v += 1
-                ref.v?.signal()
-                t("nested: " + d.run(DMode.default, 0.05, rash: true))
-                depth.v -= 1
+        let source = loop.makeSource(order: 0) {
+            trace("source at depth \(depth.value)")
+            if depth.value == 0 {
+                depth.value += 1
+                ref.value?.signal()
+                trace("nested: " + loop.run(DiffMode.default, 0.05, returnAfterSourceHandled: true))
+                depth.value -= 1
             }
         }
-        ref.v = s
-        d.add(s, DMode.default)
-        s.signal()
-        t("run: " + d.run(DMode.default, 0.05, rash: true))
+        ref.value = source
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run: " + loop.run(DiffMode.default, 0.05, returnAfterSourceHandled: true))
     }
 
     // The only item (a timer) is invalidated from another thread while the loop sleeps.
-    static let lastItemInvalidatedFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let tm = d.makeTimer(fireAt: 3600) { _ in t("timer") }
-        d.add(tm, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) { tm.invalidate() } else { t("helper: never saw the loop waiting") }
-        }
-        t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+    static let lastItemInvalidatedFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let timer = loop.makeTimer(fireAt: 3600) { _ in trace("timer") }
+        loop.add(timer, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) { timer.invalidate() }
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        helper.join(timeout: .seconds(5))
     }
 
     // The only item (a source) is removed from another thread while the loop sleeps.
-    static let lastSourceRemovedFromOtherThread: DiffScenario = { d, t in
-        d.traceActivities(t)
-        let s = d.makeSource(order: 0) { t("source0") }
-        d.add(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil({ d.isWaiting }) {
-                d.remove(s, DMode.default)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+    static let lastSourceRemovedFromOtherThread: DiffScenario = { loop, trace in
+        loop.traceActivities(trace)
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        loop.add(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) {
+            loop.remove(source, DiffMode.default)
         }
-        t("run: " + d.run(DMode.default, 0.15))
-        h.join()
+        trace("run: " + loop.run(DiffMode.default, 0.15))
+        helper.join(timeout: .seconds(5))
     }
 
     // Adding invalidated items does nothing: the mode stays empty.
-    static let addingInvalidatedItems: DiffScenario = { d, t in
-        let s = d.makeSource(order: 0) { t("source0") }
-        s.invalidate()
-        d.add(s, DMode.default)
-        let tm = d.makeTimer(fireAt: 0) { _ in t("timer") }
-        tm.invalidate()
-        d.add(tm, DMode.default)
-        let o = d.makeObserver(DAct.all, repeats: true, order: 0) { _, a in t("observer \(DAct.name(a))") }
-        o.invalidate()
-        d.add(o, DMode.default)
-        t("run: " + d.run(DMode.default, 0.05))
+    static let addingInvalidatedItems: DiffScenario = { loop, trace in
+        let source = loop.makeSource(order: 0) { trace("source0") }
+        source.invalidate()
+        loop.add(source, DiffMode.default)
+        let timer = loop.makeTimer(fireAt: 0) { _ in trace("timer") }
+        timer.invalidate()
+        loop.add(timer, DiffMode.default)
+        let observer = loop.makeObserver(DiffActivity.all, repeats: true, order: 0) { _, activity in
+            trace("observer \(DiffActivity.name(activity))")
+        }
+        observer.invalidate()
+        loop.add(observer, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0.05))
     }
 
     // A one-shot timer in two modes fires once, in whichever mode runs when it is due.
-    static let timerInTwoModesFiresOnce: DiffScenario = { d, t in
-        let tm = d.makeTimer(fireAt: 0.01) { _ in t("timer in \(d.currentMode ?? "nil")") }
-        d.add(tm, DMode.default)
-        d.add(tm, DMode.tracking)
-        let s = d.makeSource(order: 0) {
-            t("nested tracking: " + d.run(DMode.tracking, 0.05))
+    static let timerInTwoModesFiresOnce: DiffScenario = { loop, trace in
+        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer in \(loop.currentMode ?? "nil")") }
+        loop.add(timer, DiffMode.default)
+        loop.add(timer, DiffMode.tracking)
+        let source = loop.makeSource(order: 0) {
+            trace("nested tracking: " + loop.run(DiffMode.tracking, 0.05))
         }
-        d.add(s, DMode.default)
-        s.signal()
-        t("run default: " + d.run(DMode.default, 0.05))
-        t("valid: \(tm.isValid)")
+        loop.add(source, DiffMode.default)
+        source.signal()
+        trace("run default: " + loop.run(DiffMode.default, 0.05))
+        trace("valid: \(timer.isValid)")
     }
 }

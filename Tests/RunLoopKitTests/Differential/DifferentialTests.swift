@@ -121,16 +121,24 @@ struct DifferentialTests {
 
     /// CF: with two signalled sources only the first (lowest order) is performed; the run
     /// returns handledSource and the second waits for the next run.
-    @Test func rashTwoSources() { expectSameTrace(DiffScenarios.rashTwoSources) }
+    @Test func returnAfterSourceHandledTwoSources() {
+        expectSameTrace(DiffScenarios.returnAfterSourceHandledTwoSources)
+    }
 
     /// A timer firing is not a handled source: the run goes on to its timeout.
-    @Test func rashTimerNotHandled() { expectSameTrace(DiffScenarios.rashTimerNotHandled) }
+    @Test func returnAfterSourceHandledTimerNotHandled() {
+        expectSameTrace(DiffScenarios.returnAfterSourceHandledTimerNotHandled)
+    }
 
     /// A block is not a handled source.
-    @Test func rashBlockNotHandled() { expectSameTrace(DiffScenarios.rashBlockNotHandled) }
+    @Test func returnAfterSourceHandledBlockNotHandled() {
+        expectSameTrace(DiffScenarios.returnAfterSourceHandledBlockNotHandled)
+    }
 
     /// wakeUp() with nothing to do is not a handled source.
-    @Test func rashWakeUpNotHandled() { expectSameTrace(DiffScenarios.rashWakeUpNotHandled) }
+    @Test func returnAfterSourceHandledWakeUpNotHandled() {
+        expectSameTrace(DiffScenarios.returnAfterSourceHandledWakeUpNotHandled)
+    }
 
     // MARK: blocks
 

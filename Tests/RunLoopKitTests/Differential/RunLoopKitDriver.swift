@@ -23,10 +23,10 @@ final class RLKDiffTimer: DiffTimer, @unchecked Sendable {
     init(epoch: ContinuousClock.Instant) { self.epoch = epoch }
     func invalidate() { timer.invalidate() }
     var isValid: Bool { timer.isValid }
-    func setFireDate(_ t: Double) { timer.fireDate = epoch + .seconds(t) }
+    func setFireDate(_ seconds: Double) { timer.fireDate = epoch + .seconds(seconds) }
     var fireDate: Double {
-        let d = epoch.duration(to: timer.fireDate)
-        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+        let elapsed = epoch.duration(to: timer.fireDate)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
     }
 }
 
@@ -50,13 +50,14 @@ final class RLKLoopDriver: LoopDriver {
     private func mode(_ name: String) -> RunLoop.Mode { RunLoop.Mode(rawValue: name) }
 
     func now() -> Double {
-        let d = epoch.duration(to: .now)
-        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+        let elapsed = epoch.duration(to: .now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
     }
 
-    func run(_ mode: String, _ seconds: Double, rash: Bool) -> String {
-        let r = loop.run(mode: self.mode(mode), for: .seconds(seconds), returnAfterSourceHandled: rash)
-        switch r {
+    func run(_ mode: String, _ seconds: Double, returnAfterSourceHandled: Bool) -> String {
+        let result = loop.run(
+            mode: self.mode(mode), for: .seconds(seconds), returnAfterSourceHandled: returnAfterSourceHandled)
+        switch result {
         case .finished: return "finished"
         case .stopped: return "stopped"
         case .timedOut: return "timedOut"
@@ -71,8 +72,8 @@ final class RLKLoopDriver: LoopDriver {
     }
     func nextTimerFireDate(_ mode: String) -> Double? {
         guard let instant = loop.nextTimerFireDate(forMode: self.mode(mode)) else { return nil }
-        let d = epoch.duration(to: instant)
-        return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+        let elapsed = epoch.duration(to: instant)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
     }
     func runBefore(_ mode: String, _ seconds: Double) -> Bool {
         loop.run(mode: self.mode(mode), before: Date(timeIntervalSinceNow: seconds))
@@ -83,22 +84,22 @@ final class RLKLoopDriver: LoopDriver {
     func makeSource(order: Int, _ perform: @escaping @Sendable () -> Void) -> any DiffSource {
         RLKDiffSource(order: order, perform: perform)
     }
-    func add(_ s: any DiffSource, _ mode: String) {
-        loop.add((s as! RLKDiffSource).source, forMode: self.mode(mode))
+    func add(_ source: any DiffSource, _ mode: String) {
+        loop.add((source as! RLKDiffSource).source, forMode: self.mode(mode))
     }
-    func remove(_ s: any DiffSource, _ mode: String) {
-        loop.remove((s as! RLKDiffSource).source, forMode: self.mode(mode))
+    func remove(_ source: any DiffSource, _ mode: String) {
+        loop.remove((source as! RLKDiffSource).source, forMode: self.mode(mode))
     }
 
     func makeTimer(
         fireAt: Double, interval: Double, tolerance: Double, order: Int,
         _ handler: @escaping @Sendable (any DiffTimer) -> Void
     ) -> any DiffTimer {
-        let h = RLKDiffTimer(epoch: epoch)
-        // The handler gets a fresh view of the timer it is passed, not `h`: capturing `h` (which
+        let handle = RLKDiffTimer(epoch: epoch)
+        // The handler gets a fresh view of the timer it is passed, not `handle`: capturing `handle` (which
         // holds the timer) would make a reference cycle that leaks every timer.
         let epoch = self.epoch
-        h.timer = RunLoopTimer(
+        handle.timer = RunLoopTimer(
             fireAt: epoch + .seconds(fireAt), interval: .seconds(interval),
             tolerance: .seconds(tolerance), order: order
         ) { timer in
@@ -106,46 +107,46 @@ final class RLKLoopDriver: LoopDriver {
             view.timer = timer
             handler(view)
         }
-        return h
+        return handle
     }
-    func add(_ t: any DiffTimer, _ mode: String) {
-        loop.add((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
+    func add(_ timer: any DiffTimer, _ mode: String) {
+        loop.add((timer as! RLKDiffTimer).timer, forMode: self.mode(mode))
     }
-    func remove(_ t: any DiffTimer, _ mode: String) {
-        loop.remove((t as! RLKDiffTimer).timer, forMode: self.mode(mode))
+    func remove(_ timer: any DiffTimer, _ mode: String) {
+        loop.remove((timer as! RLKDiffTimer).timer, forMode: self.mode(mode))
     }
 
     func makeObserver(
         _ activities: UInt, repeats: Bool, order: Int,
         _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void
     ) -> any DiffObserver {
-        let h = RLKDiffObserver()
-        h.observer = RunLoopObserver(
+        let handle = RLKDiffObserver()
+        handle.observer = RunLoopObserver(
             activities: RunLoop.Activity(rawValue: activities), repeats: repeats,
             order: order
         ) { observer, activity in
-            // A fresh view, not `h`, so the observer does not keep itself alive (see makeTimer).
+            // A fresh view, not `handle`, so the observer does not keep itself alive (see makeTimer).
             let view = RLKDiffObserver()
             view.observer = observer
             handler(view, activity.rawValue)
         }
-        return h
+        return handle
     }
-    func add(_ o: any DiffObserver, _ mode: String) {
-        loop.add((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
+    func add(_ observer: any DiffObserver, _ mode: String) {
+        loop.add((observer as! RLKDiffObserver).observer, forMode: self.mode(mode))
     }
-    func remove(_ o: any DiffObserver, _ mode: String) {
-        loop.remove((o as! RLKDiffObserver).observer, forMode: self.mode(mode))
+    func remove(_ observer: any DiffObserver, _ mode: String) {
+        loop.remove((observer as! RLKDiffObserver).observer, forMode: self.mode(mode))
     }
 
-    func contains(_ s: any DiffSource, _ mode: String) -> Bool {
-        loop.contains((s as! RLKDiffSource).source, inMode: self.mode(mode))
+    func contains(_ source: any DiffSource, _ mode: String) -> Bool {
+        loop.contains((source as! RLKDiffSource).source, inMode: self.mode(mode))
     }
-    func contains(_ t: any DiffTimer, _ mode: String) -> Bool {
-        loop.contains((t as! RLKDiffTimer).timer, inMode: self.mode(mode))
+    func contains(_ timer: any DiffTimer, _ mode: String) -> Bool {
+        loop.contains((timer as! RLKDiffTimer).timer, inMode: self.mode(mode))
     }
-    func contains(_ o: any DiffObserver, _ mode: String) -> Bool {
-        loop.contains((o as! RLKDiffObserver).observer, inMode: self.mode(mode))
+    func contains(_ observer: any DiffObserver, _ mode: String) -> Bool {
+        loop.contains((observer as! RLKDiffObserver).observer, inMode: self.mode(mode))
     }
 
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {

@@ -11,7 +11,7 @@ import class RunLoopKit.RunLoop
 // CFRunLoop with a CF version-1 source (`CFRunLoopSourceContext1`) and on RunLoopKit with a
 // `FileDescriptorSource`, both on an eventfd, each on a fresh thread with a fresh loop; the traces
 // are compared (same harness as DifferentialTests.swift: `LoopDriver`, `DiffTrace`,
-// `diffRunOnFreshThread`).
+// `TestThread`).
 //
 // How CF's Source1 works on Linux (swift-corelibs-foundation's CFRunLoop.c, and checked with a
 // probe on this machine before these tests were written):
@@ -63,8 +63,8 @@ protocol Source1Driver: LoopDriver {
     func makeSource1(
         descriptor: Int32, order: Int, acknowledges: Bool, _ perform: @escaping @Sendable () -> Void
     ) -> any DiffSource1
-    func addSource1(_ s: any DiffSource1, _ mode: String)
-    func removeSource1(_ s: any DiffSource1, _ mode: String)
+    func addSource1(_ source: any DiffSource1, _ mode: String)
+    func removeSource1(_ source: any DiffSource1, _ mode: String)
 }
 
 extension Source1Driver {
@@ -122,11 +122,11 @@ extension CFLoopDriver: Source1Driver {
     ) -> any DiffSource1 {
         CFSource1(descriptor: descriptor, order: order, perform: perform)
     }
-    func addSource1(_ s: any DiffSource1, _ mode: String) {
-        CFRunLoopAddSource(rl, (s as! CFSource1).source, cfhMode(mode))
+    func addSource1(_ source: any DiffSource1, _ mode: String) {
+        CFRunLoopAddSource(runLoop, (source as! CFSource1).source, cfhMode(mode))
     }
-    func removeSource1(_ s: any DiffSource1, _ mode: String) {
-        CFRunLoopRemoveSource(rl, (s as! CFSource1).source, cfhMode(mode))
+    func removeSource1(_ source: any DiffSource1, _ mode: String) {
+        CFRunLoopRemoveSource(runLoop, (source as! CFSource1).source, cfhMode(mode))
     }
 }
 
@@ -163,12 +163,12 @@ extension RLKLoopDriver: Source1Driver {
     ) -> any DiffSource1 {
         RLKSource1(descriptor: descriptor, order: order, acknowledges: acknowledges, perform: perform)
     }
-    func addSource1(_ s: any DiffSource1, _ mode: String) {
-        guard let source = (s as! RLKSource1).source else { return }
+    func addSource1(_ source: any DiffSource1, _ mode: String) {
+        guard let source = (source as! RLKSource1).source else { return }
         loop.add(source, forMode: RunLoop.Mode(rawValue: mode))
     }
-    func removeSource1(_ s: any DiffSource1, _ mode: String) {
-        guard let source = (s as! RLKSource1).source else { return }
+    func removeSource1(_ source: any DiffSource1, _ mode: String) {
+        guard let source = (source as! RLKSource1).source else { return }
         loop.remove(source, forMode: RunLoop.Mode(rawValue: mode))
     }
 }
@@ -183,17 +183,6 @@ func s1EventFD() -> Int32 {
 }
 
 /// Adds one to an eventfd's counter: the descriptor becomes readable.
-/// A helper thread that writes `fd` once the loop sleeps (traced if it never does).
-func s1SignalOnceWaiting(_ d: any Source1Driver, _ fd: Int32, _ t: DiffTrace) -> DiffHelperThread {
-    DiffHelperThread {
-        if diffSpinUntil(limit: 5, { d.isWaiting }) {
-            s1Signal(fd)
-        } else {
-            t("helper: never saw the loop waiting")
-        }
-    }
-}
-
 func s1Signal(_ fd: Int32) {
     var one: UInt64 = 1
     let written = write(fd, &one, 8)
@@ -220,175 +209,171 @@ enum Source1Scenarios {
     // The helper writes only once it sees the loop waiting, so the loop is asleep when the write
     // lands. Bound: the run's timeout is 5 s; waking counts if it returned within 4 s (a wakeup
     // takes micro- to milliseconds; the room is for a loaded machine).
-    static let wakesSleepingLoop: Source1Scenario = { d, t in
+    static let wakesSleepingLoop: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        let s = d.makeSource1(descriptor: fd) {
-            t("source1")
-            d.stop()
+        let source = loop.makeSource1(descriptor: fd) {
+            trace("source1")
+            loop.stop()
         }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.default)
-        let h = DiffHelperThread {
-            if diffSpinUntil(limit: 5, { d.isWaiting }) {
-                t("helper: write")
-                s1Signal(fd)
-            } else {
-                t("helper: never saw the loop waiting")
-            }
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace, timeout: .seconds(5)) {
+            trace("helper: write")
+            s1Signal(fd)
         }
-        let start = d.now()
-        t("run: " + d.run(DMode.default, 5))
-        t("woke before the timeout: \(d.now() - start < 4)")
-        h.join()
-        s.invalidate()
+        let start = loop.now()
+        trace("run: " + loop.run(DiffMode.default, 5))
+        trace("woke before the timeout: \(loop.now() - start < 4)")
+        helper.join(timeout: .seconds(5))
+        source.invalidate()
     }
 
     // (b) The observer trace around it: afterWaiting precedes the Source1 callout, and the
     // callout comes before the iteration's exit checks (stop → exit).
-    static let afterWaitingPrecedesCallout: Source1Scenario = { d, t in
+    static let afterWaitingPrecedesCallout: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t)
-        let s = d.makeSource1(descriptor: fd) {
-            t("source1")
-            d.stop()
+        loop.traceActivities(trace)
+        let source = loop.makeSource1(descriptor: fd) {
+            trace("source1")
+            loop.stop()
         }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.default)
-        let h = s1SignalOnceWaiting(d, fd, t)
-        t("run: " + d.run(DMode.default, 5))
-        h.join()
-        s.invalidate()
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace, timeout: .seconds(5)) { s1Signal(fd) }
+        trace("run: " + loop.run(DiffMode.default, 5))
+        helper.join(timeout: .seconds(5))
+        source.invalidate()
     }
 
     // (c) returnAfterSourceHandled: a Source1 is a handled source, so the run returns
     // handledSource right after its callout (no stop needed).
-    static let handledSourceAfterSource1: Source1Scenario = { d, t in
+    static let handledSourceAfterSource1: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t)
-        let s = d.makeSource1(descriptor: fd) { t("source1") }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.default)
-        let h = s1SignalOnceWaiting(d, fd, t)
-        t("run: " + d.run(DMode.default, 5, rash: true))
-        h.join()
-        s.invalidate()
+        loop.traceActivities(trace)
+        let source = loop.makeSource1(descriptor: fd) { trace("source1") }
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace, timeout: .seconds(5)) { s1Signal(fd) }
+        trace("run: " + loop.run(DiffMode.default, 5, returnAfterSourceHandled: true))
+        helper.join(timeout: .seconds(5))
+        source.invalidate()
     }
 
     // (c) A Source1 that is ready before a timeout-0 run: the run polls, handles it without the
     // sleep notifications, and returns handledSource; the next timeout-0 run finds nothing.
-    static let readySource1InTimeoutZeroRun: Source1Scenario = { d, t in
+    static let readySource1InTimeoutZeroRun: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t)
-        let s = d.makeSource1(descriptor: fd) { t("source1") }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.default)
+        loop.traceActivities(trace)
+        let source = loop.makeSource1(descriptor: fd) { trace("source1") }
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.default)
         s1Signal(fd)
-        t("run 1: " + d.run(DMode.default, 0, rash: true))
-        t("run 2: " + d.run(DMode.default, 0, rash: true))
-        s.invalidate()
+        trace("run 1: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
+        trace("run 2: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
+        source.invalidate()
     }
 
     // A Source1 already ready when a run with a timeout starts: the loop still goes through
     // beforeWaiting/afterWaiting (only a handled Source0 or a zero timeout skips them), and the
     // kernel wait returns at once.
-    static let readySource1StillNotifiesSleep: Source1Scenario = { d, t in
+    static let readySource1StillNotifiesSleep: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t)
-        let s = d.makeSource1(descriptor: fd) { t("source1") }
-        t("valid: \(s.isValid)")
+        loop.traceActivities(trace)
+        let source = loop.makeSource1(descriptor: fd) { trace("source1") }
+        trace("valid: \(source.isValid)")
         s1Signal(fd)  // before the add: the registration must still report it
-        d.addSource1(s, DMode.default)
-        let start = d.now()
-        t("run: " + d.run(DMode.default, 5, rash: true))
-        t("returned before the timeout: \(d.now() - start < 4)")
-        s.invalidate()
+        loop.addSource1(source, DiffMode.default)
+        let start = loop.now()
+        trace("run: " + loop.run(DiffMode.default, 5, returnAfterSourceHandled: true))
+        trace("returned before the timeout: \(loop.now() - start < 4)")
+        source.invalidate()
     }
 
     // (d) A Source1 only in a private mode does not fire (nor wake the loop) while the loop runs
     // in .default, even when written during that run; it fires when the loop runs its mode.
     // Bound: the default run sleeps to its 150 ms timeout; "≥ 120 ms" leaves room for the clock.
-    static let privateModeOnly: Source1Scenario = { d, t in
+    static let privateModeOnly: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t, DMode.default, prefix: "default ")
-        d.traceActivities(t, DMode.my, prefix: "my ")
-        let keep = d.keepAlive(DMode.default)
-        let s = d.makeSource1(descriptor: fd) { t("source1") }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.my)
-        let h = s1SignalOnceWaiting(d, fd, t)
-        let start = d.now()
-        t("run default: " + d.run(DMode.default, 0.15, rash: true))
-        t("default run slept to its timeout: \(d.now() - start >= 0.12)")
-        h.join()
-        t("run my: " + d.run(DMode.my, 5, rash: true))
-        s.invalidate()
+        loop.traceActivities(trace, DiffMode.default, prefix: "default ")
+        loop.traceActivities(trace, DiffMode.my, prefix: "my ")
+        let keep = loop.keepAlive(DiffMode.default)
+        let source = loop.makeSource1(descriptor: fd) { trace("source1") }
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.my)
+        let helper = loop.whenAsleep(trace: trace, timeout: .seconds(5)) { s1Signal(fd) }
+        let start = loop.now()
+        trace("run default: " + loop.run(DiffMode.default, 0.15, returnAfterSourceHandled: true))
+        trace("default run slept to its timeout: \(loop.now() - start >= 0.12)")
+        helper.join(timeout: .seconds(5))
+        trace("run my: " + loop.run(DiffMode.my, 5, returnAfterSourceHandled: true))
+        source.invalidate()
         keep.invalidate()
     }
 
     // (e) A mode whose only item is a Source1 is not empty: the run sleeps to its timeout
     // (≥ 40 of 50 ms) and returns timedOut, not finished. Removed, the mode is empty again.
-    static let onlySource1IsNotEmpty: Source1Scenario = { d, t in
+    static let onlySource1IsNotEmpty: Source1Scenario = { loop, trace in
         let fd = s1EventFD()
         defer { close(fd) }
-        d.traceActivities(t, DMode.my)
-        let s = d.makeSource1(descriptor: fd) { t("source1") }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.my)
-        let start = d.now()
-        t("run: " + d.run(DMode.my, 0.05))
-        t("slept to the timeout: \(d.now() - start >= 0.04)")
-        d.removeSource1(s, DMode.my)
-        t("run after remove: " + d.run(DMode.my, 0.05))
-        d.addSource1(s, DMode.my)
-        t("run after re-add: " + d.run(DMode.my, 0))
-        s.invalidate()
-        t("run after invalidate: " + d.run(DMode.my, 0.05))
+        loop.traceActivities(trace, DiffMode.my)
+        let source = loop.makeSource1(descriptor: fd) { trace("source1") }
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.my)
+        let start = loop.now()
+        trace("run: " + loop.run(DiffMode.my, 0.05))
+        trace("slept to the timeout: \(loop.now() - start >= 0.04)")
+        loop.removeSource1(source, DiffMode.my)
+        trace("run after remove: " + loop.run(DiffMode.my, 0.05))
+        loop.addSource1(source, DiffMode.my)
+        trace("run after re-add: " + loop.run(DiffMode.my, 0))
+        source.invalidate()
+        trace("run after invalidate: " + loop.run(DiffMode.my, 0.05))
     }
 
     // Two Source1s ready at once (A order 2, written first; B order 1), one timeout-0 run each.
-    static let severalReadySource1s: Source1Scenario = { d, t in
+    static let severalReadySource1s: Source1Scenario = { loop, trace in
         let a = s1EventFD()
         let b = s1EventFD()
         defer {
             close(a)
             close(b)
         }
-        let sa = d.makeSource1(descriptor: a, order: 2) { t("source1 A") }
-        let sb = d.makeSource1(descriptor: b, order: 1) { t("source1 B") }
-        d.addSource1(sa, DMode.default)
-        d.addSource1(sb, DMode.default)
+        let sourceA = loop.makeSource1(descriptor: a, order: 2) { trace("source1 A") }
+        let sourceB = loop.makeSource1(descriptor: b, order: 1) { trace("source1 B") }
+        loop.addSource1(sourceA, DiffMode.default)
+        loop.addSource1(sourceB, DiffMode.default)
         s1Signal(a)
         s1Signal(b)
-        t("run 1: " + d.run(DMode.default, 0))
-        t("run 2: " + d.run(DMode.default, 0))
-        sa.invalidate()
-        sb.invalidate()
+        trace("run 1: " + loop.run(DiffMode.default, 0))
+        trace("run 2: " + loop.run(DiffMode.default, 0))
+        sourceA.invalidate()
+        sourceB.invalidate()
     }
 
     // A pipe as the port, 12 bytes written: how many can the callout read?
-    static let pipeData: Source1Scenario = { d, t in
+    static let pipeData: Source1Scenario = { loop, trace in
         let (readEnd, writeEnd) = s1Pipe()
         defer {
             close(readEnd)
             close(writeEnd)
         }
-        let s = d.makeSource1(descriptor: readEnd, acknowledges: false) {
+        let source = loop.makeSource1(descriptor: readEnd, acknowledges: false) {
             var buffer = [UInt8](repeating: 0, count: 64)
             let count = read(readEnd, &buffer, buffer.count)
-            t("source1 read \(count) bytes")
+            trace("source1 read \(count) bytes")
         }
-        t("valid: \(s.isValid)")
-        d.addSource1(s, DMode.default)
+        trace("valid: \(source.isValid)")
+        loop.addSource1(source, DiffMode.default)
         let message = Array("hello, world".utf8)
         _ = write(writeEnd, message, message.count)
-        t("run: " + d.run(DMode.default, 5, rash: true))
-        s.invalidate()
+        trace("run: " + loop.run(DiffMode.default, 5, returnAfterSourceHandled: true))
+        source.invalidate()
     }
 }
 
@@ -398,10 +383,10 @@ enum Source1Scenarios {
 func source1TraceOf(
     _ make: @escaping @Sendable () -> any Source1Driver, _ scenario: @escaping Source1Scenario
 ) -> [String] {
-    diffRunOnFreshThread {
-        let t = DiffTrace()
-        scenario(make(), t)
-        return t.lines
+    TestThreads.runBlocking(name: "diff-scenario", timeout: .seconds(10), stackSize: 1 << 20) {
+        let trace = DiffTrace()
+        scenario(make(), trace)
+        return trace.lines
     } ?? ["<scenario did not finish within 10 s>"]
 }
 

@@ -38,19 +38,19 @@ import Testing
     /// thread frees the captured object before it returns.
     @Test func invalidatingATimerOfARunningLoopReleasesWhatItsHandlerCapturedAtOnce() async {
         guard
-            let host = LoopHost.start(
+            let host = TestThread.hostingLoop(
                 name: "hl-release-run",
                 setup: { loop in loop.add(RunLoopSource {}, forMode: .default) },
-                body: { loop in loop.run(mode: .default, for: .seconds(20)) })
+                run: { loop in loop.run(mode: .default, for: .seconds(20)) })
         else { return }
         defer {
             host.loop.stop()
-            _ = host.thread.join(timeout: .seconds(10))
+            _ = host.join(timeout: .seconds(10))
         }
         let tally = LiveTally()
         let (timer, captured) = Self.capturingTimer(tally)
         host.loop.add(timer, forMode: .default)
-        #expect(ProcessThreads.poll { host.loop.isWaiting }, "the loop did not go to sleep")
+        #expect(waitUntil { host.loop.isWaiting }, "the loop did not go to sleep")
         #expect(captured.object != nil)
         timer.invalidate()
         #expect(captured.object == nil, "the invalidated timer's handler still holds what it captured")

@@ -115,23 +115,18 @@ import Testing
     /// loop: it keeps firing there, on its schedule (it used to stall: the other loop kept it as
     /// "firing elsewhere" and never woke for it).
     @Test func aRepeatingTimerMovedToAnotherLoopByItsHandlerKeepsFiringThere() async {
-        let other = Mutex<RunLoop?>(nil)
-        let ready = TestMonitor<Bool>(false)
         let stop = Atomic<Bool>(false)
         let firesThere = Atomic<Int>(0)
-        let otherThread = TestThread(name: "move-other") {
-            let loop = RunLoop.current
-            loop.add(RunLoopSource {}, forMode: .default)
-            other.locked { $0 = loop }
-            ready.update { $0 = true }
-            // Long runs: the loop sleeps until something wakes it (a timer it must fire included).
-            while !stop.load(ordering: .relaxed) { loop.run(mode: .default, for: .seconds(10)) }
-        }
-        _ = ready.wait(timeout: .seconds(5)) { $0 }
-        guard let otherLoop = other.locked({ $0 }) else {
-            Issue.record("the other loop did not start")
-            return
-        }
+        guard
+            let otherThread = TestThread.hostingLoop(
+                name: "move-other", setup: { $0.add(RunLoopSource {}, forMode: .default) },
+                run: { loop in
+                    // Long runs: the loop sleeps until something wakes it (a timer it must fire
+                    // included).
+                    while !stop.load(ordering: .relaxed) { loop.run(mode: .default, for: .seconds(10)) }
+                })
+        else { return }
+        let otherLoop = otherThread.loop
         let moved = await TestThreads.run(name: "move-here") { () -> Bool in
             let loop = RunLoop.current
             let timer = RunLoopTimer(after: .milliseconds(1), repeating: .milliseconds(10)) { timer in
@@ -150,8 +145,7 @@ import Testing
             return otherLoop.contains(timer, inMode: .default)
         }
         // 5 fires of a 10 ms timer: well within 2 s unless it stalled.
-        let start = ContinuousClock.now
-        while firesThere.load(ordering: .relaxed) < 5 && millisecondsSince(start) < 2000 { usleep(1000) }
+        _ = waitUntil(timeout: .seconds(2)) { firesThere.load(ordering: .relaxed) >= 5 }
         stop.store(true, ordering: .relaxed)
         otherLoop.perform { RunLoop.current.stop() }
         _ = otherThread.join(timeout: .seconds(5))
@@ -167,7 +161,8 @@ extension Robustness {
     /// a use after free otherwise), and they can join another loop.
     @Suite struct TeardownOfCommonItemsTests {
         @Test func itemsOnlyInTheCommonListsAreUntiedWhenTheThreadExits() async {
-            let items = await TestThreads.run(name: "common-only") { () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
+            let items = await TestThreads.run(name: "common-only") {
+                () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
                 let loop = RunLoop.current
                 let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
                 let source = RunLoopSource {}

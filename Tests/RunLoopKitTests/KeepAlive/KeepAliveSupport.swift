@@ -45,16 +45,6 @@ enum ProcessThreads {
 
     /// The threads whose name starts with `prefix`.
     static func named(_ prefix: String) -> [Int32: String] { all().filter { $0.value.hasPrefix(prefix) } }
-
-    /// Waits up to `timeout` (polling every 0.2 ms) for `predicate`; returns whether it held.
-    static func poll(timeout: Duration = .seconds(10), _ predicate: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !predicate() {
-            if ContinuousClock.now >= deadline { return predicate() }
-            usleep(200)
-        }
-        return true
-    }
 }
 
 extension String {

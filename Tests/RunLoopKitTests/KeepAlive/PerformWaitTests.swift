@@ -66,7 +66,7 @@ extension Robustness.KeepAlive {
             }
             // The caller's block is in the loop's queue once perform has made its mode; a bounded
             // wait for that (perform makes the mode just before queueing).
-            #expect(ProcessThreads.poll { loop.allModes.contains(privateMode) })
+            #expect(waitUntil { loop.allModes.contains(privateMode) })
             // Tasks (common modes) queued after it run while the loop runs in .default; the block
             // for the private mode does not, and its caller goes on waiting.
             for _ in 0..<3 {
@@ -98,14 +98,10 @@ extension Robustness.KeepAlive {
         @Test func aCallerWaitingForALoopWhoseThreadExitsIsReleased() throws {
             // The loop thread never runs its loop: it publishes it, waits for the block to be in
             // its queue, and exits, which drops the block.
-            let published = TestMonitor<RunLoop?>(nil)
             let mayExit = TestEvent()
-            let loopThread = TestThread(name: "pw-exiting") {
-                published.update { $0 = RunLoop.current }
-                _ = mayExit.wait(timeout: .seconds(30))
-            }
-            #expect(published.wait(timeout: .seconds(30)) { $0 != nil })
-            let loop = try #require(published.read { $0 })
+            let loopThread = try #require(
+                TestThread.hostingLoop(name: "pw-exiting") { _ in _ = mayExit.wait(timeout: .seconds(30)) })
+            let loop = loopThread.loop
             let outcome = TestMonitor<String?>(nil)
             let caller = TestThread(name: "pw-caller") {
                 do {
@@ -116,7 +112,7 @@ extension Robustness.KeepAlive {
                 }
             }
             // A bounded wait until the block is queued, then the loop's thread exits.
-            #expect(ProcessThreads.poll { loop.inbox.hasReady })
+            #expect(waitUntil { loop.inbox.hasReady })
             mayExit.fire()
             #expect(loopThread.join(timeout: .seconds(30)))
             #expect(caller.join(timeout: .seconds(30)), "the caller still waits for a dropped block")
@@ -133,19 +129,17 @@ extension Robustness.KeepAlive {
             let failures = await TestThreads.run(name: "pw-race") { () -> [String] in
                 var failures: [String] = []
                 for _ in 0..<rounds {
-                    let published = TestMonitor<RunLoop?>(nil)
-                    let loopThread = TestThread(name: "pw-racer") {
-                        let loop = RunLoop.current
-                        let keepAlive = RunLoopSource {}
-                        loop.add(keepAlive, forMode: .default)
-                        published.update { $0 = loop }
-                        // One short run: the block may or may not run in it.
-                        loop.run(mode: .default, for: .microseconds(50))
-                        keepAlive.invalidate()
-                    }
-                    guard published.wait(timeout: .seconds(30), until: { $0 != nil }),
-                        let loop = published.read({ $0 })
+                    let keepAlive = RunLoopSource {}
+                    guard
+                        let loopThread = TestThread.hostingLoop(
+                            name: "pw-racer", setup: { $0.add(keepAlive, forMode: .default) },
+                            run: { loop in
+                                // One short run: the block may or may not run in it.
+                                loop.run(mode: .default, for: .microseconds(50))
+                                keepAlive.invalidate()
+                            })
                     else { return ["no loop"] }
+                    let loop = loopThread.loop
                     let caller = TestThread(name: "pw-caller") {
                         _ = try? loop.perform(inModes: [.default], waitUntilDone: true) {}
                     }

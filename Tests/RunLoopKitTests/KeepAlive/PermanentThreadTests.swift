@@ -41,7 +41,7 @@ extension Robustness.KeepAlive {
             // stop() blocks until the thread has ended, so another thread calls it.
             let stopper = TestThread(name: "pt-stopper") { worker.stop() }
             // A bounded wait for the stop to be requested (tasks are rejected from then on).
-            #expect(ProcessThreads.poll { worker.isStopped })
+            #expect(waitUntil { worker.isStopped })
             #expect(throws: PermanentThread.Error.stopped) { try worker.execute { ran.append(-1) } }
             #expect(!stopper.hasExited, "stop() returned while tasks were pending")
             gate.fire()
@@ -52,13 +52,13 @@ extension Robustness.KeepAlive {
             // task right after (pthread_join returns when the kernel clears the thread's tid, a
             // moment before /proc/self/task/<tid> goes away: hence a bounded wait).
             #expect(worker.loop.isTornDown)
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) }, "thread \(tid) still exists after stop()")
-            #expect(ProcessThreads.poll { ProcessThreads.named("pt-pending").isEmpty })
+            #expect(waitUntil { !ProcessThreads.exists(tid) }, "thread \(tid) still exists after stop()")
+            #expect(waitUntil { ProcessThreads.named("pt-pending").isEmpty })
             // The process's thread count returns to its start. The test runner's threads (the
             // concurrency pool, other suites' helpers) may come and go meanwhile, so the count is
             // given a bounded time to settle; threads that appeared for good must not be ours.
             var after = ProcessThreads.all()
-            _ = ProcessThreads.poll(timeout: .seconds(2)) {
+            _ = waitUntil(timeout: .seconds(2)) {
                 after = ProcessThreads.all()
                 return after.count <= before.count
             }
@@ -92,7 +92,7 @@ extension Robustness.KeepAlive {
             let openLoops = loops.filter { !$0.isTornDown }.count
             #expect(openLoops == 0, "\(openLoops) loops of dropped threads still hold their descriptors")
             // Joined threads; the kernel reaps each a moment after its join returns.
-            #expect(ProcessThreads.poll { ProcessThreads.named("pt-churn").isEmpty })
+            #expect(waitUntil { ProcessThreads.named("pt-churn").isEmpty })
             #expect(tids.allSatisfy { !ProcessThreads.exists($0) })
             // The process's descriptors: other suites run in parallel and open and close loops and
             // sockets meanwhile, so the count is given up to 5 s to settle back to its start. If
@@ -100,7 +100,7 @@ extension Robustness.KeepAlive {
             // descriptor per thread would leave 1,000 more, and a loop's three 3,000.
             var after = TestThreads.openFileDescriptors()
             var kindsAfter = loopDescriptorKinds()
-            let settled = ProcessThreads.poll(timeout: .seconds(5)) {
+            let settled = waitUntil(timeout: .seconds(5)) {
                 after = TestThreads.openFileDescriptors()
                 kindsAfter = loopDescriptorKinds()
                 return after == descriptorsBefore && kindsAfter == kindsBefore
@@ -159,7 +159,7 @@ extension Robustness.KeepAlive {
             worker.stop()
             #expect(worker.isStopped)
             #expect(worker.loop.isTornDown)
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) })
+            #expect(waitUntil { !ProcessThreads.exists(tid) })
             #expect(throws: PermanentThread.Error.stopped) { try worker.execute {} }
             #expect(throws: PermanentThread.Error.stopped) { _ = try worker.executeAndWait { 1 } }
             worker.stop()
@@ -179,11 +179,11 @@ extension Robustness.KeepAlive {
                     exitedWhenReturned.append(worker.loop.isTornDown)
                 }
             }
-            #expect(ProcessThreads.poll { worker.isStopped })
+            #expect(waitUntil { worker.isStopped })
             gate.fire()
             for stopper in stoppers { #expect(stopper.join(timeout: .seconds(30))) }
             #expect(exitedWhenReturned.all == Array(repeating: true, count: 8))
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) })
+            #expect(waitUntil { !ProcessThreads.exists(tid) })
         }
 
         @Test func stopFromItsOwnThreadRequestsTheStopAndReturns() throws {
@@ -206,7 +206,7 @@ extension Robustness.KeepAlive {
             // From here, a stop() waits for the end of the thread.
             worker.stop()
             #expect(ran.all == ["stop returned", "rejected", "queued before the stop"])
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) })
+            #expect(waitUntil { !ProcessThreads.exists(tid) })
         }
 
         @Test func droppingTheLastReferenceOnTheThreadItselfEndsIt() throws {
@@ -225,7 +225,7 @@ extension Robustness.KeepAlive {
             // The task now holds the only reference; it is released on the thread, after the task.
             gate.fire()
             // Detached by its own deinit, the thread ends by itself: a bounded wait for it.
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) }, "thread \(tid) did not end")
+            #expect(waitUntil { !ProcessThreads.exists(tid) }, "thread \(tid) did not end")
             #expect(ran.all == ["task with the last reference \(tid)", "next task"])
         }
 
@@ -254,7 +254,7 @@ extension Robustness.KeepAlive {
             worker.stop()
             #expect(ContinuousClock.now - start < .seconds(10), "stop() waited for the nested run's timeout")
             #expect(nestedReturned.wait(timeout: .zero))
-            #expect(ProcessThreads.poll { !ProcessThreads.exists(tid) })
+            #expect(waitUntil { !ProcessThreads.exists(tid) })
         }
 
         @Test func timersOnTheThreadsLoopAreServedBetweenTasks() throws {

@@ -157,10 +157,9 @@ extension Robustness {
             // below; a leak here would keep it above. The server's own sockets were checked
             // exactly above (none left bound to its port).
             var after = TestThreads.openFileDescriptors()
-            for _ in 0..<500 where after > before {
-                await Task.yield()
-                usleep(10_000)
+            _ = waitUntil(timeout: .seconds(5)) {
                 after = TestThreads.openFileDescriptors()
+                return after <= before
             }
             #expect(after <= before, "open descriptors before \(before), after \(after): \(describeOpenDescriptors())")
         }

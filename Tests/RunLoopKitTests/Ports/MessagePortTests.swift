@@ -24,12 +24,12 @@ struct Stamp: Sendable, Equatable, CustomStringConvertible {
 /// A loop on its own thread that runs `.default` (kept non-empty by a never-signalled source)
 /// until ``shutdown()``.
 final class PortLoop: Sendable {
-    let host: LoopHost
+    let host: TestThread
     private let done: PortLoopFlag
 
     var loop: RunLoop { host.loop }
 
-    private init(host: LoopHost, done: PortLoopFlag) {
+    private init(host: TestThread, done: PortLoopFlag) {
         self.host = host
         self.done = done
     }
@@ -41,13 +41,13 @@ final class PortLoop: Sendable {
     ) -> PortLoop? {
         let done = PortLoopFlag()
         guard
-            let host = LoopHost.start(
+            let host = TestThread.hostingLoop(
                 name: name, sourceLocation: sourceLocation,
                 setup: { loop in
                     loop.add(RunLoopSource {}, forMode: .default)
                     setup(loop)
                 },
-                body: { loop in
+                run: { loop in
                     while !done.value.load(ordering: .acquiring) { loop.run(mode: .default, for: .seconds(30)) }
                 })
         else { return nil }
@@ -72,7 +72,7 @@ final class PortLoop: Sendable {
             done.value.store(true, ordering: .releasing)
             RunLoop.current.stop()
         }
-        return await host.thread.joinAsync(timeout: .seconds(30))
+        return await host.joinAsync(timeout: .seconds(30))
     }
 }
 
@@ -194,13 +194,13 @@ final class PortLoopFlag: Sendable {
         let port = MessagePort<Int> { _ in delivered.update { $0 += 1 } }
         let done = PortLoopFlag()
         guard
-            let host = LoopHost.start(
+            let host = TestThread.hostingLoop(
                 name: "rlk-port-lost",
                 setup: { loop in
                     loop.add(RunLoopSource {}, forMode: .default)
                     loop.add(port, forMode: .default)
                 },
-                body: { loop in
+                run: { loop in
                     while !done.value.load(ordering: .acquiring) { loop.run(mode: .default, for: .seconds(3600)) }
                 })
         else { return }
@@ -228,7 +228,7 @@ final class PortLoopFlag: Sendable {
             done.value.store(true, ordering: .releasing)
             RunLoop.current.stop()
         }
-        let exited = await host.thread.joinAsync(timeout: .seconds(30))
+        let exited = await host.joinAsync(timeout: .seconds(30))
         #expect(stalls == [], "lost wakeups")
         #expect(exited)
         port.invalidate()
@@ -546,18 +546,16 @@ final class PortLoopFlag: Sendable {
         let delivered = Mutex<[Int]>([])
         let port = MessagePort<Int> { message in delivered.locked { $0.append(message) } }
         for message in 1...3 { try? port.send(message) }
-        let published = TestMonitor<RunLoop?>(nil)
         struct Outcome: Sendable {
             var first: RunLoop.RunResult = .finished
             var seconds = 0.0
             var rest: [RunLoop.RunResult] = []
         }
         let outcome = Mutex<Outcome?>(nil)
-        let thread = TestThread(name: "rlk-port-wake") {
-            let loop = RunLoop.current
-            let keepAlive = RunLoopSource {}
-            loop.add(keepAlive, forMode: .default)
-            published.update { $0 = loop }
+        let keepAlive = RunLoopSource {}
+        let thread = TestThread.hostingLoop(
+            name: "rlk-port-wake", setup: { $0.add(keepAlive, forMode: .default) }
+        ) { loop in
             var result = Outcome()
             let start = ContinuousClock.now
             result.first = loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: true)
@@ -568,11 +566,9 @@ final class PortLoopFlag: Sendable {
             keepAlive.invalidate()
             outcome.locked { $0 = result }
         }
-        guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
-            Issue.record("the loop did not start")
-            return
-        }
-        let sawWaiting = diffSpinUntil(limit: 10) { loop.isWaiting }
+        guard let thread else { return }
+        let loop = thread.loop
+        let sawWaiting = waitUntil(timeout: .seconds(10)) { loop.isWaiting }
         loop.add(port, forMode: .default)
         let exited = await thread.joinAsync(timeout: .seconds(30))
         #expect(sawWaiting, "the loop was asleep when the port was added")
@@ -597,17 +593,18 @@ final class PortLoopFlag: Sendable {
         }
         let delivered = Mutex<[Int]>([])
         let port = MessagePort<Int> { message in delivered.locked { $0.append(message) } }
-        let published = TestMonitor<RunLoop?>(nil)
         let senderGo = TestEvent()
         let outcome = Mutex<Outcome?>(nil)
-        let thread = TestThread(name: "rlk-port-modes") {
-            let loop = RunLoop.current
-            let keepDefault = RunLoopSource {}
-            let keepOther = RunLoopSource {}
-            loop.add(keepDefault, forMode: .default)
-            loop.add(keepOther, forMode: otherMode)
-            loop.add(port, forMode: portMode)
-            published.update { $0 = loop }
+        let keepDefault = RunLoopSource {}
+        let keepOther = RunLoopSource {}
+        let thread = TestThread.hostingLoop(
+            name: "rlk-port-modes",
+            setup: { loop in
+                loop.add(keepDefault, forMode: .default)
+                loop.add(keepOther, forMode: otherMode)
+                loop.add(port, forMode: portMode)
+            }
+        ) { loop in
             var result = Outcome()
             try? port.send(1)
             result.runs.append(
@@ -628,13 +625,11 @@ final class PortLoopFlag: Sendable {
             keepOther.invalidate()
             outcome.locked { $0 = result }
         }
-        guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
-            Issue.record("the loop did not start")
-            return
-        }
+        guard let thread else { return }
+        let loop = thread.loop
         let helper = TestThread(name: "rlk-port-modes-h") {
             guard senderGo.wait(timeout: .seconds(10)) else { return }
-            _ = diffSpinUntil(limit: 5) { loop.isWaiting && loop.currentMode == otherMode }
+            _ = waitUntil(timeout: .seconds(5)) { loop.isWaiting && loop.currentMode == otherMode }
             try? port.send(2)
         }
         let exited = await thread.joinAsync(timeout: .seconds(30))

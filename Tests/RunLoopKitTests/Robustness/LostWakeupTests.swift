@@ -38,10 +38,10 @@ extension Robustness {
             let shared = Shared()
             let start = ContinuousClock.now
             guard
-                let host = LoopHost.start(
+                let host = TestThread.hostingLoop(
                     name: "rlk-perform-loop",
                     setup: { loop in loop.add(RunLoopSource {}, forMode: .default) },
-                    body: { loop in
+                    run: { loop in
                         while !shared.done.load(ordering: .acquiring) { loop.run(mode: .default, for: .seconds(30)) }
                     })
             else { return }
@@ -86,7 +86,7 @@ extension Robustness {
                 shared.done.store(true, ordering: .releasing)
                 RunLoop.current.stop()
             }
-            let loopExited = await host.thread.joinAsync(timeout: .seconds(30))
+            let loopExited = await host.joinAsync(timeout: .seconds(30))
             let elapsed = secondsSince(start)
 
             #expect(joined, "the submitters finished")
@@ -127,10 +127,10 @@ extension Robustness {
             }
             let start = ContinuousClock.now
             guard
-                let host = LoopHost.start(
+                let host = TestThread.hostingLoop(
                     name: "rlk-signal-loop",
                     setup: { loop in loop.add(source, forMode: .default) },
-                    body: { loop in
+                    run: { loop in
                         while !shared.done.load(ordering: .acquiring) { loop.run(mode: .default, for: .seconds(30)) }
                     })
             else { return }
@@ -168,7 +168,7 @@ extension Robustness {
                 shared.done.store(true, ordering: .releasing)
                 RunLoop.current.stop()
             }
-            let loopExited = await host.thread.joinAsync(timeout: .seconds(30))
+            let loopExited = await host.joinAsync(timeout: .seconds(30))
             let elapsed = secondsSince(start)
 
             let submitted = perSubmitter * Self.submitters

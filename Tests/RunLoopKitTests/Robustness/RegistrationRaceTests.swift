@@ -154,7 +154,8 @@ func raceRounds(
     }
     let shared = Shared()
     let release = TestEvent()
-    guard let host = LoopHost.start(name: "rlk-race-loop", body: { _ in _ = release.wait(timeout: .seconds(300)) })
+    guard
+        let host = TestThread.hostingLoop(name: "rlk-race-loop", run: { _ in _ = release.wait(timeout: .seconds(300)) })
     else { return RaceOutcome(rounds: 0, failures: 1, first: "no loop") }
     let loop = host.loop
 
@@ -198,7 +199,7 @@ func raceRounds(
     let finished = await mine.joinAsync(timeout: .seconds(120))
     let otherFinished = await other.joinAsync(timeout: .seconds(120))
     release.fire()
-    _ = await host.thread.joinAsync(timeout: .seconds(10))
+    _ = await host.joinAsync(timeout: .seconds(10))
     guard finished && otherFinished else {
         return RaceOutcome(rounds: 0, failures: 1, first: "the racers did not finish")
     }

@@ -13,40 +13,6 @@ import Testing
 /// `RUNLOOPKIT_STRESS_SECONDS`.
 @Suite(.serialized) struct Robustness {}
 
-/// A loop on a dedicated thread: `setup` runs on that thread with `RunLoop.current`, then the loop
-/// is published, then `body` runs (typically the loop's runs) until it returns.
-final class LoopHost: @unchecked Sendable {
-    let thread: TestThread
-    let loop: RunLoop
-
-    private init(thread: TestThread, loop: RunLoop) {
-        self.thread = thread
-        self.loop = loop
-    }
-
-    /// Starts the thread and waits (bounded) until its loop exists; nil (with an issue) on timeout.
-    static func start(
-        name: String,
-        sourceLocation: SourceLocation = #_sourceLocation,
-        setup: @escaping @Sendable (RunLoop) -> Void = { _ in },
-        body: @escaping @Sendable (RunLoop) -> Void
-    ) -> LoopHost? {
-        _ = TestLog.recorder
-        let published = TestMonitor<RunLoop?>(nil)
-        let thread = TestThread(name: name) {
-            let loop = RunLoop.current
-            setup(loop)
-            published.update { $0 = loop }
-            body(loop)
-        }
-        guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
-            Issue.record("loop thread '\(name)' did not start", sourceLocation: sourceLocation)
-            return nil
-        }
-        return LoopHost(thread: thread, loop: loop)
-    }
-}
-
 /// A seed for this run: `RUNLOOPKIT_STRESS_SEED` if set, else from the clock.
 func stressSeed() -> UInt64 {
     if let raw = getenv("RUNLOOPKIT_STRESS_SEED"), let seed = UInt64(String(cString: raw)) { return seed }

@@ -19,9 +19,9 @@ extension Robustness {
             let comment = Comment(rawValue: "seed \(seed) (replay with RUNLOOPKIT_STRESS_SEED=\(seed))")
 
             guard
-                let other = LoopHost.start(
+                let other = TestThread.hostingLoop(
                     name: "rlk-stress-b",
-                    body: { loop in
+                    run: { loop in
                         while !world.finishing.load(ordering: .acquiring) {
                             loop.run(mode: .default, for: .milliseconds(10))
                         }
@@ -29,13 +29,13 @@ extension Robustness {
                     })
             else { return }
             guard
-                let host = LoopHost.start(
+                let host = TestThread.hostingLoop(
                     name: "rlk-stress-a",
                     setup: { loop in
                         loop.add(RunLoopSource {}, forMode: StressWorld.nested)
                         loop.add(world.keepAlive, forMode: .default)
                     },
-                    body: { loop in world.runLoopThread(loop) })
+                    run: { loop in world.runLoopThread(loop) })
             else { return }
             world.loops = [host.loop, other.loop]
             world.ready.fire()
@@ -115,8 +115,8 @@ extension Robustness {
                 RunLoop.current.stop()
             }
             world.released.fire()
-            #expect(await host.thread.joinAsync(timeout: .seconds(30)), "the loop thread ended (seed \(seed))")
-            #expect(await other.thread.joinAsync(timeout: .seconds(30)), "the second loop thread ended (seed \(seed))")
+            #expect(await host.joinAsync(timeout: .seconds(30)), "the loop thread ended (seed \(seed))")
+            #expect(await other.joinAsync(timeout: .seconds(30)), "the second loop thread ended (seed \(seed))")
             let elapsed = secondsSince(start)
 
             // The books.

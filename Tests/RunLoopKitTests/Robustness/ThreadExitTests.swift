@@ -181,11 +181,9 @@ func loopThreadChurn(threads: Int, concurrently: Int, checkDescriptors: Bool = t
     var after = TestThreads.openFileDescriptors()
     // The test runner's own threads may open or close a descriptor meanwhile (seen under CPU load:
     // +1 that is not a loop's); give the count a moment to settle before judging it.
-    var settle = 0
-    while after != before && settle < 50 {
-        usleep(10_000)
+    _ = waitUntil(timeout: .milliseconds(500)) {
         after = TestThreads.openFileDescriptors()
-        settle += 1
+        return after == before
     }
     let loopKindsAfter = loopDescriptorKinds()
     let total = threads + warmup

@@ -21,10 +21,10 @@ extension Robustness {
             }
             let shared = Shared()
             guard
-                let host = LoopHost.start(
+                let host = TestThread.hostingLoop(
                     name: "rlk-arm-loop",
                     setup: { loop in loop.add(RunLoopSource {}, forMode: .default) },
-                    body: { loop in
+                    run: { loop in
                         while !shared.done.load(ordering: .acquiring) { loop.run(mode: .default, for: .seconds(20)) }
                     })
             else { return }
@@ -78,7 +78,7 @@ extension Robustness {
             }
             shared.done.store(true, ordering: .releasing)
             loop.perform { RunLoop.current.stop() }
-            _ = await host.thread.joinAsync(timeout: .seconds(30))
+            _ = await host.joinAsync(timeout: .seconds(30))
             guard let late = result else { return }
             #expect(late.isEmpty, "\(late.count) of \(trials) timers slept through: \(late.prefix(3))")
         }

@@ -2,7 +2,7 @@ import CoreFoundation
 import Foundation
 
 // Plumbing for the differential tests (Tests/RunLoopKitTests/Differential): a locked trace
-// recorder, a fresh-thread runner, and `LoopDriver`, the small interface each scenario is written
+// recorder and `LoopDriver`, the small interface each scenario is written
 // against, with its CoreFoundation implementation (`CFLoopDriver`, including `CFSource0`, a CF
 // version-0 source whose perform callback reaches a Swift closure through the context's `info`
 // pointer). The RunLoopKit implementation is Differential/RunLoopKitDriver.swift. This file does
@@ -24,53 +24,9 @@ final class DiffTrace: @unchecked Sendable {
     }
 }
 
-private final class DiffResultBox<T>: @unchecked Sendable {
-    var value: T?
-}
-
-/// Runs `body` on a fresh, dedicated thread (never the Swift concurrency pool) and waits for it.
-/// Returns nil when the thread did not finish within `timeout` seconds.
-func diffRunOnFreshThread<T>(timeout: Double = 10, _ body: @escaping @Sendable () -> T) -> T? {
-    let done = DispatchSemaphore(value: 0)
-    let box = DiffResultBox<T>()
-    let thread = Thread {
-        box.value = body()
-        done.signal()
-    }
-    thread.stackSize = 1 << 20
-    thread.start()
-    guard done.wait(timeout: .now() + timeout) == .success else { return nil }
-    return box.value
-}
-
-/// A helper thread started from a scenario; `join()` waits for it (bounded).
-final class DiffHelperThread: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    init(_ body: @escaping @Sendable () -> Void) {
-        let d = done
-        let thread = Thread {
-            body(); d.signal()
-        }
-        thread.start()
-    }
-    @discardableResult
-    func join(timeout: Double = 5) -> Bool { done.wait(timeout: .now() + timeout) == .success }
-}
-
-/// Spins (with short sleeps) until `cond` holds or `limit` seconds pass. Returns whether it held.
-@discardableResult
-func diffSpinUntil(limit: Double = 2, _ cond: () -> Bool) -> Bool {
-    let end = Date().addingTimeInterval(limit)
-    while !cond() {
-        if Date() > end { return false }
-        usleep(100)
-    }
-    return true
-}
-
 // MARK: - The driver abstraction: one scenario, two run loop implementations
 
-enum DAct {
+enum DiffActivity {
     static let entry: UInt = 1
     static let beforeTimers: UInt = 2
     static let beforeSources: UInt = 4
@@ -92,7 +48,7 @@ enum DAct {
     }
 }
 
-enum DMode {
+enum DiffMode {
     static let `default` = "kCFRunLoopDefaultMode"
     static let common = "kCFRunLoopCommonModes"
     static let tracking = "UITrackingRunLoopMode"
@@ -108,7 +64,7 @@ protocol DiffTimer: AnyObject, Sendable {
     func invalidate()
     var isValid: Bool { get }
     /// Seconds since the driver's epoch.
-    func setFireDate(_ t: Double)
+    func setFireDate(_ seconds: Double)
     /// The timer's fire date, seconds since the driver's epoch (`CFRunLoopTimerGetNextFireDate`,
     /// `RunLoopTimer.fireDate`). CF answers its reference date (absolute time 0, so a large
     /// negative number here) for an invalid timer: see `diffFireDateText`.
@@ -125,7 +81,7 @@ protocol LoopDriver: AnyObject, Sendable {
     var kind: String { get }
     func now() -> Double
     /// Returns "finished", "stopped", "timedOut" or "handledSource".
-    func run(_ mode: String, _ seconds: Double, rash: Bool) -> String
+    func run(_ mode: String, _ seconds: Double, returnAfterSourceHandled: Bool) -> String
     /// CFRunLoopRun / RunLoop.run(): default mode until stopped or finished.
     func runUntilStoppedOrFinished()
     /// NSRunLoop `run(mode:before:)`: one run that returns after a handled source; false at once
@@ -142,25 +98,25 @@ protocol LoopDriver: AnyObject, Sendable {
     /// A driver of the same kind for the calling thread's loop.
     func sibling() -> any LoopDriver
     func makeSource(order: Int, _ perform: @escaping @Sendable () -> Void) -> any DiffSource
-    func add(_ s: any DiffSource, _ mode: String)
-    func remove(_ s: any DiffSource, _ mode: String)
+    func add(_ source: any DiffSource, _ mode: String)
+    func remove(_ source: any DiffSource, _ mode: String)
     func makeTimer(
         fireAt: Double, interval: Double, tolerance: Double, order: Int,
         _ handler: @escaping @Sendable (any DiffTimer) -> Void
     ) -> any DiffTimer
-    func add(_ t: any DiffTimer, _ mode: String)
-    func remove(_ t: any DiffTimer, _ mode: String)
+    func add(_ timer: any DiffTimer, _ mode: String)
+    func remove(_ timer: any DiffTimer, _ mode: String)
     func makeObserver(
         _ activities: UInt, repeats: Bool, order: Int,
         _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void
     ) -> any DiffObserver
-    func add(_ o: any DiffObserver, _ mode: String)
-    func remove(_ o: any DiffObserver, _ mode: String)
+    func add(_ observer: any DiffObserver, _ mode: String)
+    func remove(_ observer: any DiffObserver, _ mode: String)
     /// `CFRunLoopContainsSource/Timer/Observer`, `RunLoop.contains(_:inMode:)`; for the common
     /// modes: whether the item was added for `.common` (CF: is in `_commonModeItems`).
-    func contains(_ s: any DiffSource, _ mode: String) -> Bool
-    func contains(_ t: any DiffTimer, _ mode: String) -> Bool
-    func contains(_ o: any DiffObserver, _ mode: String) -> Bool
+    func contains(_ source: any DiffSource, _ mode: String) -> Bool
+    func contains(_ timer: any DiffTimer, _ mode: String) -> Bool
+    func contains(_ observer: any DiffObserver, _ mode: String) -> Bool
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void)
     func stop()
     func wakeUp()
@@ -170,8 +126,8 @@ protocol LoopDriver: AnyObject, Sendable {
 }
 
 extension LoopDriver {
-    func run(_ mode: String = DMode.default, _ seconds: Double, rash: Bool = false) -> String {
-        run(mode, seconds, rash: rash)
+    func run(_ mode: String = DiffMode.default, _ seconds: Double, returnAfterSourceHandled: Bool = false) -> String {
+        run(mode, seconds, returnAfterSourceHandled: returnAfterSourceHandled)
     }
     func makeTimer(
         fireAt: Double, interval: Double = 0, tolerance: Double = 0, order: Int = 0,
@@ -180,58 +136,78 @@ extension LoopDriver {
         makeTimer(fireAt: fireAt, interval: interval, tolerance: tolerance, order: order, handler)
     }
     func makeObserver(
-        _ activities: UInt = DAct.all, repeats: Bool = true, order: Int = 0,
+        _ activities: UInt = DiffActivity.all, repeats: Bool = true, order: Int = 0,
         _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void
     ) -> any DiffObserver {
         makeObserver(activities, repeats: repeats, order: order, handler)
     }
-    func perform(_ modes: [String] = [DMode.default], _ block: @escaping @Sendable () -> Void) {
+    func perform(_ modes: [String] = [DiffMode.default], _ block: @escaping @Sendable () -> Void) {
         perform(modes, block)
     }
     /// An observer of every activity that logs "<prefix>activity" into the trace.
     @discardableResult
     func traceActivities(
-        _ t: DiffTrace, _ mode: String = DMode.default, prefix: String = "", order: Int = 0
+        _ trace: DiffTrace, _ mode: String = DiffMode.default, prefix: String = "", order: Int = 0
     ) -> any DiffObserver {
-        let o = makeObserver(DAct.all, repeats: true, order: order) { _, a in t(prefix + DAct.name(a)) }
-        add(o, mode)
-        return o
+        let observer = makeObserver(DiffActivity.all, repeats: true, order: order) { _, activity in
+            trace(prefix + DiffActivity.name(activity))
+        }
+        add(observer, mode)
+        return observer
+    }
+    /// When this loop sleeps, does `action` from another thread.
+    ///
+    /// Starts a helper thread that waits (at most `timeout`) until the loop is asleep in its kernel
+    /// wait (`isWaiting`: RunLoopKit's `RunLoop.isWaiting`, `CFRunLoopIsWaiting` on CF's side) and
+    /// then calls `action` on that thread. If the loop never sleeps in time, the helper writes
+    /// "helper: never saw the loop waiting" into `trace` instead (so the trace shows it and the
+    /// test fails). The scenario runs the loop after this call, then joins the returned thread.
+    func whenAsleep(
+        trace: DiffTrace, timeout: Duration = .seconds(2), _ action: @escaping @Sendable () -> Void
+    ) -> TestThread {
+        TestThread(name: "diff-helper") {
+            if waitUntil(timeout: timeout, { self.isWaiting }) {
+                action()
+            } else {
+                trace("helper: never saw the loop waiting")
+            }
+        }
     }
     /// A source that is never signalled: keeps a mode non-empty and never wakes the loop.
     /// (Deliberately not a far-future timer, so that scenarios about wakeups do not depend on
     /// what adding a timer does to a loop that is not running.)
     @discardableResult
-    func keepAlive(_ mode: String = DMode.default) -> any DiffSource {
-        let s = makeSource(order: 1000) {}
-        add(s, mode)
-        return s
+    func keepAlive(_ mode: String = DiffMode.default) -> any DiffSource {
+        let source = makeSource(order: 1000) {}
+        add(source, mode)
+        return source
     }
 }
 
 // MARK: - CoreFoundation driver
 
-func cfhString(_ s: String) -> CFString {
-    CFStringCreateWithCString(nil, s, CFStringBuiltInEncodings.UTF8.rawValue)
+func cfhString(_ string: String) -> CFString {
+    CFStringCreateWithCString(nil, string, CFStringBuiltInEncodings.UTF8.rawValue)
 }
-func cfhSwiftString(_ s: CFString) -> String {
-    let len = CFStringGetLength(s)
-    let max = CFStringGetMaximumSizeForEncoding(len, CFStringBuiltInEncodings.UTF8.rawValue) + 1
-    var buf = [CChar](repeating: 0, count: max)
-    guard CFStringGetCString(s, &buf, max, CFStringBuiltInEncodings.UTF8.rawValue) else { return "?" }
-    let bytes = buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+func cfhSwiftString(_ string: CFString) -> String {
+    let length = CFStringGetLength(string)
+    let max = CFStringGetMaximumSizeForEncoding(length, CFStringBuiltInEncodings.UTF8.rawValue) + 1
+    var buffer = [CChar](repeating: 0, count: max)
+    guard CFStringGetCString(string, &buffer, max, CFStringBuiltInEncodings.UTF8.rawValue) else { return "?" }
+    let bytes = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
     return String(decoding: bytes, as: UTF8.self)
 }
 func cfhMode(_ name: String) -> CFRunLoopMode {
     switch name {
-    case DMode.default: kCFRunLoopDefaultMode
-    case DMode.common: kCFRunLoopCommonModes
+    case DiffMode.default: kCFRunLoopDefaultMode
+    case DiffMode.common: kCFRunLoopCommonModes
     default: cfhString(name)
     }
 }
 
 private final class CFSource0Box {
-    let fn: @Sendable () -> Void
-    init(_ fn: @escaping @Sendable () -> Void) { self.fn = fn }
+    let perform: @Sendable () -> Void
+    init(_ perform: @escaping @Sendable () -> Void) { self.perform = perform }
 }
 
 /// A CF version-0 source whose perform callback calls a Swift closure
@@ -239,12 +215,12 @@ private final class CFSource0Box {
 final class CFSource0: DiffSource, @unchecked Sendable {
     let source: CFRunLoopSource
     init(order: Int, perform: @escaping @Sendable () -> Void) {
-        var ctx = CFRunLoopSourceContext()
-        ctx.version = 0
-        ctx.info = Unmanaged.passRetained(CFSource0Box(perform)).toOpaque()
-        ctx.release = { info in Unmanaged<CFSource0Box>.fromOpaque(info!).release() }
-        ctx.perform = { info in Unmanaged<CFSource0Box>.fromOpaque(info!).takeUnretainedValue().fn() }
-        source = CFRunLoopSourceCreate(kCFAllocatorDefault, order, &ctx)
+        var context = CFRunLoopSourceContext()
+        context.version = 0
+        context.info = Unmanaged.passRetained(CFSource0Box(perform)).toOpaque()
+        context.release = { info in Unmanaged<CFSource0Box>.fromOpaque(info!).release() }
+        context.perform = { info in Unmanaged<CFSource0Box>.fromOpaque(info!).takeUnretainedValue().perform() }
+        source = CFRunLoopSourceCreate(kCFAllocatorDefault, order, &context)
     }
     func signal() { CFRunLoopSourceSignal(source) }
     func invalidate() { CFRunLoopSourceInvalidate(source) }
@@ -257,7 +233,7 @@ final class CFDiffTimer: DiffTimer, @unchecked Sendable {
     init(epoch: CFAbsoluteTime) { self.epoch = epoch }
     func invalidate() { CFRunLoopTimerInvalidate(timer) }
     var isValid: Bool { CFRunLoopTimerIsValid(timer) }
-    func setFireDate(_ t: Double) { CFRunLoopTimerSetNextFireDate(timer, epoch + t) }
+    func setFireDate(_ seconds: Double) { CFRunLoopTimerSetNextFireDate(timer, epoch + seconds) }
     var fireDate: Double { CFRunLoopTimerGetNextFireDate(timer) - epoch }
 }
 
@@ -268,23 +244,23 @@ final class CFDiffObserver: DiffObserver, @unchecked Sendable {
 }
 
 final class CFLoopDriver: LoopDriver, @unchecked Sendable {
-    let rl: CFRunLoop
+    let runLoop: CFRunLoop
     let epoch: CFAbsoluteTime
     var kind: String { "CF" }
     init() {
-        rl = CFRunLoopGetCurrent()
+        runLoop = CFRunLoopGetCurrent()
         epoch = CFAbsoluteTimeGetCurrent()
     }
     func now() -> Double { CFAbsoluteTimeGetCurrent() - epoch }
-    func run(_ mode: String, _ seconds: Double, rash: Bool) -> String {
-        precondition(CFRunLoopGetCurrent() === rl)
-        let r = CFRunLoopRunInMode(cfhMode(mode), seconds, rash)
-        switch r.rawValue {
+    func run(_ mode: String, _ seconds: Double, returnAfterSourceHandled: Bool) -> String {
+        precondition(CFRunLoopGetCurrent() === runLoop)
+        let result = CFRunLoopRunInMode(cfhMode(mode), seconds, returnAfterSourceHandled)
+        switch result.rawValue {
         case 1: return "finished"
         case 2: return "stopped"
         case 3: return "timedOut"
         case 4: return "handledSource"
-        default: return "result(\(r.rawValue))"
+        default: return "result(\(result.rawValue))"
         }
     }
     func runUntilStoppedOrFinished() { CFRunLoopRun() }
@@ -293,7 +269,7 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
         Foundation.RunLoop.current.acceptInput(forMode: mode, before: Date(timeIntervalSinceNow: seconds))
     }
     func nextTimerFireDate(_ mode: String) -> Double? {
-        let date = CFRunLoopGetNextTimerFireDate(rl, cfhMode(mode))
+        let date = CFRunLoopGetNextTimerFireDate(runLoop, cfhMode(mode))
         return date == 0 ? nil : date - epoch
     }
     // Foundation's RunLoop is swift-corelibs-foundation's wrapper of this thread's CFRunLoop.
@@ -305,88 +281,92 @@ final class CFLoopDriver: LoopDriver, @unchecked Sendable {
         Foundation.RunLoop.current.run(until: Date(timeIntervalSinceNow: seconds))
     }
     var allModes: [String] {
-        let modes = CFRunLoopCopyAllModes(rl)!
-        return (0..<CFArrayGetCount(modes)).map { i in
-            cfhSwiftString(Unmanaged<CFString>.fromOpaque(CFArrayGetValueAtIndex(modes, i)!).takeUnretainedValue())
+        let modes = CFRunLoopCopyAllModes(runLoop)!
+        return (0..<CFArrayGetCount(modes)).map { index in
+            cfhSwiftString(Unmanaged<CFString>.fromOpaque(CFArrayGetValueAtIndex(modes, index)!).takeUnretainedValue())
         }.sorted()
     }
     func makeSource(order: Int, _ perform: @escaping @Sendable () -> Void) -> any DiffSource {
         CFSource0(order: order, perform: perform)
     }
-    func add(_ s: any DiffSource, _ mode: String) {
-        CFRunLoopAddSource(rl, (s as! CFSource0).source, cfhMode(mode))
+    func add(_ source: any DiffSource, _ mode: String) {
+        CFRunLoopAddSource(runLoop, (source as! CFSource0).source, cfhMode(mode))
     }
-    func remove(_ s: any DiffSource, _ mode: String) {
-        CFRunLoopRemoveSource(rl, (s as! CFSource0).source, cfhMode(mode))
+    func remove(_ source: any DiffSource, _ mode: String) {
+        CFRunLoopRemoveSource(runLoop, (source as! CFSource0).source, cfhMode(mode))
     }
     func makeTimer(
         fireAt: Double, interval: Double, tolerance: Double, order: Int,
         _ handler: @escaping @Sendable (any DiffTimer) -> Void
     ) -> any DiffTimer {
-        let h = CFDiffTimer(epoch: epoch)
-        // The handler gets a fresh view of the timer it is passed, not `h`: capturing `h` (which
+        let handle = CFDiffTimer(epoch: epoch)
+        // The handler gets a fresh view of the timer it is passed, not `handle`: capturing `handle` (which
         // holds the timer) would make a reference cycle that leaks every timer.
         let epoch = self.epoch
-        h.timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, epoch + fireAt, interval, 0, order) { timer in
+        handle.timer = CFRunLoopTimerCreateWithHandler(kCFAllocatorDefault, epoch + fireAt, interval, 0, order) {
+            timer in
             let view = CFDiffTimer(epoch: epoch)
             view.timer = timer
             handler(view)
         }
-        if tolerance > 0 { CFRunLoopTimerSetTolerance(h.timer, tolerance) }
-        return h
+        if tolerance > 0 { CFRunLoopTimerSetTolerance(handle.timer, tolerance) }
+        return handle
     }
-    func add(_ t: any DiffTimer, _ mode: String) {
-        CFRunLoopAddTimer(rl, (t as! CFDiffTimer).timer, cfhMode(mode))
+    func add(_ timer: any DiffTimer, _ mode: String) {
+        CFRunLoopAddTimer(runLoop, (timer as! CFDiffTimer).timer, cfhMode(mode))
     }
-    func remove(_ t: any DiffTimer, _ mode: String) {
-        CFRunLoopRemoveTimer(rl, (t as! CFDiffTimer).timer, cfhMode(mode))
+    func remove(_ timer: any DiffTimer, _ mode: String) {
+        CFRunLoopRemoveTimer(runLoop, (timer as! CFDiffTimer).timer, cfhMode(mode))
     }
     func makeObserver(
         _ activities: UInt, repeats: Bool, order: Int,
         _ handler: @escaping @Sendable (any DiffObserver, UInt) -> Void
     ) -> any DiffObserver {
-        let h = CFDiffObserver()
-        h.observer = CFRunLoopObserverCreateWithHandler(kCFAllocatorDefault, CFOptionFlags(activities), repeats, order)
-        { observer, act in
-            let view = CFDiffObserver()  // a fresh view, not `h` (see makeTimer)
+        let handle = CFDiffObserver()
+        handle.observer = CFRunLoopObserverCreateWithHandler(
+            kCFAllocatorDefault, CFOptionFlags(activities), repeats, order
+        ) { observer, activity in
+            let view = CFDiffObserver()  // a fresh view, not `handle` (see makeTimer)
             view.observer = observer
-            handler(view, UInt(act.rawValue))
+            handler(view, UInt(activity.rawValue))
         }
-        return h
+        return handle
     }
-    func add(_ o: any DiffObserver, _ mode: String) {
-        CFRunLoopAddObserver(rl, (o as! CFDiffObserver).observer, cfhMode(mode))
+    func add(_ observer: any DiffObserver, _ mode: String) {
+        CFRunLoopAddObserver(runLoop, (observer as! CFDiffObserver).observer, cfhMode(mode))
     }
-    func remove(_ o: any DiffObserver, _ mode: String) {
-        CFRunLoopRemoveObserver(rl, (o as! CFDiffObserver).observer, cfhMode(mode))
+    func remove(_ observer: any DiffObserver, _ mode: String) {
+        CFRunLoopRemoveObserver(runLoop, (observer as! CFDiffObserver).observer, cfhMode(mode))
     }
-    func contains(_ s: any DiffSource, _ mode: String) -> Bool {
-        CFRunLoopContainsSource(rl, (s as! CFSource0).source, cfhMode(mode))
+    func contains(_ source: any DiffSource, _ mode: String) -> Bool {
+        CFRunLoopContainsSource(runLoop, (source as! CFSource0).source, cfhMode(mode))
     }
-    func contains(_ t: any DiffTimer, _ mode: String) -> Bool {
-        CFRunLoopContainsTimer(rl, (t as! CFDiffTimer).timer, cfhMode(mode))
+    func contains(_ timer: any DiffTimer, _ mode: String) -> Bool {
+        CFRunLoopContainsTimer(runLoop, (timer as! CFDiffTimer).timer, cfhMode(mode))
     }
-    func contains(_ o: any DiffObserver, _ mode: String) -> Bool {
-        CFRunLoopContainsObserver(rl, (o as! CFDiffObserver).observer, cfhMode(mode))
+    func contains(_ observer: any DiffObserver, _ mode: String) -> Bool {
+        CFRunLoopContainsObserver(runLoop, (observer as! CFDiffObserver).observer, cfhMode(mode))
     }
     func perform(_ modes: [String], _ block: @escaping @Sendable () -> Void) {
         if modes.count == 1 {
-            CFRunLoopPerformBlock(rl, cfhMode(modes[0]) as CFTypeRef, block)
+            CFRunLoopPerformBlock(runLoop, cfhMode(modes[0]) as CFTypeRef, block)
         } else {
             let strings = modes.map { cfhMode($0) }
-            var ptrs: [UnsafeRawPointer?] = strings.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) }
-            var callbacks = kCFTypeArrayCallBacks
-            let cfArr = withExtendedLifetime(strings) {
-                CFArrayCreate(kCFAllocatorDefault, &ptrs, ptrs.count, &callbacks)!
+            var pointers: [UnsafeRawPointer?] = strings.map {
+                UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque())
             }
-            CFRunLoopPerformBlock(rl, cfArr, block)
+            var callbacks = kCFTypeArrayCallBacks
+            let modeArray = withExtendedLifetime(strings) {
+                CFArrayCreate(kCFAllocatorDefault, &pointers, pointers.count, &callbacks)!
+            }
+            CFRunLoopPerformBlock(runLoop, modeArray, block)
         }
     }
-    func stop() { CFRunLoopStop(rl) }
-    func wakeUp() { CFRunLoopWakeUp(rl) }
-    var currentMode: String? { CFRunLoopCopyCurrentMode(rl).map(cfhSwiftString) }
-    func addCommonMode(_ mode: String) { CFRunLoopAddCommonMode(rl, cfhMode(mode)) }
-    var isWaiting: Bool { CFRunLoopIsWaiting(rl) }
+    func stop() { CFRunLoopStop(runLoop) }
+    func wakeUp() { CFRunLoopWakeUp(runLoop) }
+    var currentMode: String? { CFRunLoopCopyCurrentMode(runLoop).map(cfhSwiftString) }
+    func addCommonMode(_ mode: String) { CFRunLoopAddCommonMode(runLoop, cfhMode(mode)) }
+    var isWaiting: Bool { CFRunLoopIsWaiting(runLoop) }
 }
 
 /// A fire date for a trace: rounded to 10 ms, or "reference date" for CF's answer for an
@@ -405,15 +385,17 @@ func diffBusyWait(microseconds: Int) {
     while DispatchTime.now().uptimeNanoseconds < end {}
 }
 
-/// Runs a scenario on a fresh thread with a fresh driver; returns its trace.
+/// Runs a scenario on a fresh dedicated thread (a ``TestThread``) with a fresh driver, and waits
+/// (10 s at most) until that thread has exited; returns its trace.
 func diffTraceOf(
     _ make: @escaping @Sendable () -> any LoopDriver,
     _ scenario: @escaping @Sendable (any LoopDriver, DiffTrace) -> Void
 ) -> [String] {
-    diffRunOnFreshThread {
-        let t = DiffTrace()
-        let d = make()
-        scenario(d, t)
-        return t.lines
+    // A 1 MiB stack: scenarios nest runs, and CF's runs take more stack than RunLoopKit's.
+    TestThreads.runBlocking(name: "diff-scenario", timeout: .seconds(10), stackSize: 1 << 20) {
+        let trace = DiffTrace()
+        let driver = make()
+        scenario(driver, trace)
+        return trace.lines
     } ?? ["<scenario did not finish within 10 s>"]
 }

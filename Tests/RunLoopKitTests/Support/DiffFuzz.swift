@@ -59,10 +59,10 @@ enum FuzzMode: Int, Sendable, CaseIterable {
 
     var name: String {
         switch self {
-        case .default: DMode.default
-        case .tracking: DMode.tracking
-        case .my: DMode.my
-        case .common: DMode.common
+        case .default: DiffMode.default
+        case .tracking: DiffMode.tracking
+        case .my: DiffMode.my
+        case .common: DiffMode.common
         }
     }
     var short: String {
@@ -112,7 +112,7 @@ indirect enum FuzzOp: Hashable, Sendable {
     case addCommonMode(FuzzMode)
     case perform([FuzzMode], [FuzzNode])
     /// Timeout 0, or (wakeups flavour, top level) a short sleeping run.
-    case run(FuzzMode, sleeps: Bool, rash: Bool)
+    case run(FuzzMode, sleeps: Bool, returnAfterSourceHandled: Bool)
     case stop
     case wakeUp
     case query(FuzzQuery)
@@ -245,8 +245,8 @@ struct FuzzGenerator {
     }
 
     static func script(seed: UInt64, newCauses: Bool = false) -> FuzzScript {
-        var g = FuzzGenerator(seed: seed, newCauses: newCauses)
-        return g.make()
+        var generator = FuzzGenerator(seed: seed, newCauses: newCauses)
+        return generator.make()
     }
 
     private mutating func make() -> FuzzScript {
@@ -267,12 +267,13 @@ struct FuzzGenerator {
         var orders = [-1, 0, 1, 2, 3]
         orders.shuffle(using: &rng)
         let acts: [UInt] = [
-            DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit,
+            DiffActivity.entry, DiffActivity.beforeTimers, DiffActivity.beforeSources, DiffActivity.beforeWaiting,
+            DiffActivity.afterWaiting, DiffActivity.exit,
         ]
         for i in 0..<nObservers {
             var mask: UInt = 0
             if rng.below(3) == 0 {
-                mask = DAct.all
+                mask = DiffActivity.all
             } else {
                 for a in acts where rng.below(2) == 0 { mask |= a }
                 if mask == 0 { mask = acts[rng.below(acts.count)] }
@@ -309,7 +310,7 @@ struct FuzzGenerator {
             let i = item(.top)
             let pattern: [FuzzOp] = [
                 .addCommonMode(m), .add(i, .common), .remove(i, m), .add(i, .common),
-                rng.below(2) == 0 ? .query(.contains(i, m)) : .run(m, sleeps: false, rash: false),
+                rng.below(2) == 0 ? .query(.contains(i, m)) : .run(m, sleeps: false, returnAfterSourceHandled: false),
             ]
             main.insert(contentsOf: pattern.map { node($0) }, at: rng.below(main.count + 1))
         }
@@ -405,7 +406,7 @@ struct FuzzGenerator {
         case .timer: return newCauses  // R
         case .observer(_, let trigger):
             if script.flavour == .timers { return true }
-            return trigger == DAct.afterWaiting || trigger == DAct.exit
+            return trigger == DiffActivity.afterWaiting || trigger == DiffActivity.exit
         }
     }
 
@@ -415,7 +416,7 @@ struct FuzzGenerator {
             sleeps = true
             sleepingRuns += 1
         }
-        return .run(runMode(), sleeps: sleeps, rash: rng.below(3) == 0)
+        return .run(runMode(), sleeps: sleeps, returnAfterSourceHandled: rng.below(3) == 0)
     }
 
     private mutating func op(_ ctx: Context, depth: Int) -> FuzzOp {
@@ -480,8 +481,8 @@ struct FuzzGenerator {
 /// by one thread only; the closures that capture it are `@Sendable` only because the driver API
 /// asks for that.
 final class FuzzInterpreter: @unchecked Sendable {
-    let d: any LoopDriver
-    let t: DiffTrace
+    let driver: any LoopDriver
+    let trace: DiffTrace
     let script: FuzzScript
     private var sources: [any DiffSource] = []
     private var timers: [any DiffTimer] = []
@@ -494,25 +495,25 @@ final class FuzzInterpreter: @unchecked Sendable {
     private var runDepth = 0
     private var live = true
 
-    init(_ d: any LoopDriver, _ t: DiffTrace, _ script: FuzzScript) {
-        self.d = d
-        self.t = t
+    init(_ driver: any LoopDriver, _ trace: DiffTrace, _ script: FuzzScript) {
+        self.driver = driver
+        self.trace = trace
         self.script = script
     }
 
     private func log(_ line: String) {
         guard live else { return }
-        t(String(repeating: "  ", count: runDepth) + line)
+        trace(String(repeating: "  ", count: runDepth) + line)
     }
 
-    private func mode() -> String { FuzzMode.short(d.currentMode) }
+    private func mode() -> String { FuzzMode.short(driver.currentMode) }
 
     func start() {
         // Items in declaration order; due timers get growing due dates (see the header).
         for (i, decl) in script.sources.enumerated() {
             sourceCalls.append(0)
             sources.append(
-                d.makeSource(order: decl.order) { [unowned self] in
+                driver.makeSource(order: decl.order) { [unowned self] in
                     guard live else { return }
                     sourceCalls[i] += 1
                     log("S\(i) performed in \(mode())")
@@ -529,7 +530,7 @@ final class FuzzInterpreter: @unchecked Sendable {
                 date = FuzzScript.farDate(i)
             }
             timers.append(
-                d.makeTimer(fireAt: date, interval: Double(decl.interval), tolerance: 0, order: 0) {
+                driver.makeTimer(fireAt: date, interval: Double(decl.interval), tolerance: 0, order: 0) {
                     [unowned self] _ in
                     guard live else { return }
                     timerCalls[i] += 1
@@ -540,10 +541,11 @@ final class FuzzInterpreter: @unchecked Sendable {
         for (i, decl) in script.observers.enumerated() {
             observerBodyDone.append(false)
             observers.append(
-                d.makeObserver(decl.activities, repeats: decl.repeats, order: decl.order) { [unowned self] _, a in
+                driver.makeObserver(decl.activities, repeats: decl.repeats, order: decl.order) {
+                    [unowned self] _, activity in
                     guard live else { return }
-                    log("O\(i) \(DAct.name(a)) in \(mode())")
-                    if a == decl.trigger && !observerBodyDone[i] {
+                    log("O\(i) \(DiffActivity.name(activity)) in \(mode())")
+                    if activity == decl.trigger && !observerBodyDone[i] {
                         observerBodyDone[i] = true
                         exec(decl.body)
                     }
@@ -552,18 +554,18 @@ final class FuzzInterpreter: @unchecked Sendable {
         exec(script.main)
         live = false
         // Break the item -> closure -> interpreter cycles and leave the loop empty.
-        for s in sources { s.invalidate() }
-        for tm in timers { tm.invalidate() }
-        for o in observers { o.invalidate() }
+        for source in sources { source.invalidate() }
+        for timer in timers { timer.invalidate() }
+        for observer in observers { observer.invalidate() }
         sources.removeAll()
         timers.removeAll()
         observers.removeAll()
     }
 
     private func exec(_ nodes: [FuzzNode]) {
-        for n in nodes {
+        for node in nodes {
             guard live else { return }
-            exec(n.op)
+            exec(node.op)
         }
     }
 
@@ -571,15 +573,15 @@ final class FuzzInterpreter: @unchecked Sendable {
         switch op {
         case .add(let item, let m):
             switch item {
-            case .source(let i): d.add(sources[i], m.name)
-            case .timer(let i): d.add(timers[i], m.name)
-            case .observer(let i): d.add(observers[i], m.name)
+            case .source(let i): driver.add(sources[i], m.name)
+            case .timer(let i): driver.add(timers[i], m.name)
+            case .observer(let i): driver.add(observers[i], m.name)
             }
         case .remove(let item, let m):
             switch item {
-            case .source(let i): d.remove(sources[i], m.name)
-            case .timer(let i): d.remove(timers[i], m.name)
-            case .observer(let i): d.remove(observers[i], m.name)
+            case .source(let i): driver.remove(sources[i], m.name)
+            case .timer(let i): driver.remove(timers[i], m.name)
+            case .observer(let i): driver.remove(observers[i], m.name)
             }
         case .invalidate(let item):
             switch item {
@@ -598,45 +600,47 @@ final class FuzzInterpreter: @unchecked Sendable {
                 farCounter += 1
             }
         case .addCommonMode(let m):
-            d.addCommonMode(m.name)
+            driver.addCommonMode(m.name)
         case .perform(let modes, let body):
             let label = modes.map(\.short).joined(separator: "+")
-            d.perform(modes.map(\.name)) { [unowned self] in
+            driver.perform(modes.map(\.name)) { [unowned self] in
                 guard live else { return }
                 log("block(\(label)) in \(mode())")
                 exec(body)
             }
-        case .run(let m, let sleeps, let rash):
-            let label = "run(\(m.short), \(sleeps ? "\(FuzzScript.sleepTimeout)" : "0")\(rash ? ", rash" : ""))"
+        case .run(let m, let sleeps, let returnAfterSourceHandled):
+            let label =
+                "run(\(m.short), \(sleeps ? "\(FuzzScript.sleepTimeout)" : "0")\(returnAfterSourceHandled ? ", rash" : ""))"
             log(label)
             runDepth += 1
-            let result = d.run(m.name, sleeps ? FuzzScript.sleepTimeout : 0, rash: rash)
+            let result = driver.run(
+                m.name, sleeps ? FuzzScript.sleepTimeout : 0, returnAfterSourceHandled: returnAfterSourceHandled)
             runDepth -= 1
             log("\(label) -> \(result)")
         case .stop:
-            d.stop()
+            driver.stop()
         case .wakeUp:
-            d.wakeUp()
-        case .query(let q):
-            log(answer(q))
+            driver.wakeUp()
+        case .query(let query):
+            log(answer(query))
         }
     }
 
-    private func answer(_ q: FuzzQuery) -> String {
-        switch q {
+    private func answer(_ query: FuzzQuery) -> String {
+        switch query {
         case .nextTimerFireDate(let m):
-            return "nextTimerFireDate(\(m.short)) = \(Self.dateText(d.nextTimerFireDate(m.name)))"
+            return "nextTimerFireDate(\(m.short)) = \(Self.dateText(driver.nextTimerFireDate(m.name)))"
         case .currentMode:
             return "currentMode = \(mode())"
         case .allModes:
-            let modes = d.allModes.filter { $0 != DMode.common }.map { FuzzMode.short($0) }
+            let modes = driver.allModes.filter { $0 != DiffMode.common }.map { FuzzMode.short($0) }
             return "allModes = \(modes)"
         case .contains(let item, let m):
             let has: Bool
             switch item {
-            case .source(let i): has = d.contains(sources[i], m.name)
-            case .timer(let i): has = d.contains(timers[i], m.name)
-            case .observer(let i): has = d.contains(observers[i], m.name)
+            case .source(let i): has = driver.contains(sources[i], m.name)
+            case .timer(let i): has = driver.contains(timers[i], m.name)
+            case .observer(let i): has = driver.contains(observers[i], m.name)
             }
             return "contains(\(item.name), \(m.short)) = \(has)"
         case .isValid(let item):
@@ -669,11 +673,12 @@ extension FuzzScript {
         var out: [String] = ["// seed \(seed), flavour \(flavour.rawValue)"]
         let used = referencedItems
         func actNames(_ mask: UInt) -> String {
-            if mask == DAct.all { return "all" }
+            if mask == DiffActivity.all { return "all" }
             let acts: [UInt] = [
-                DAct.entry, DAct.beforeTimers, DAct.beforeSources, DAct.beforeWaiting, DAct.afterWaiting, DAct.exit,
+                DiffActivity.entry, DiffActivity.beforeTimers, DiffActivity.beforeSources, DiffActivity.beforeWaiting,
+                DiffActivity.afterWaiting, DiffActivity.exit,
             ]
-            return acts.filter { mask & $0 != 0 }.map(DAct.name).joined(separator: "|")
+            return acts.filter { mask & $0 != 0 }.map(DiffActivity.name).joined(separator: "|")
         }
         func body(_ nodes: [FuzzNode], _ indent: String) {
             for n in nodes { line(n.op, indent) }
@@ -691,9 +696,11 @@ extension FuzzScript {
                 out.append("\(indent)perform([\(modes.map(\.short).joined(separator: ", "))]) {")
                 body(b, indent + "    ")
                 out.append("\(indent)}")
-            case .run(let m, let sleeps, let rash):
+            case .run(let m, let sleeps, let returnAfterSourceHandled):
                 let timeout = sleeps ? "\(FuzzScript.sleepTimeout)" : "0"
-                out.append("\(indent)run(\(m.short), timeout: \(timeout)\(rash ? ", returnAfterSourceHandled" : ""))")
+                out.append(
+                    "\(indent)run(\(m.short), timeout: \(timeout)\(returnAfterSourceHandled ? ", returnAfterSourceHandled" : ""))"
+                )
             case .stop: out.append("\(indent)stop()")
             case .wakeUp: out.append("\(indent)wakeUp()")
             case .query(let q):
@@ -732,7 +739,7 @@ extension FuzzScript {
             if o.body.isEmpty {
                 out.append(head)
             } else {
-                out.append("\(head) { first \(DAct.name(o.trigger)):")
+                out.append("\(head) { first \(DiffActivity.name(o.trigger)):")
                 body(o.body, "    ")
                 out.append("}")
             }
@@ -759,7 +766,7 @@ enum DiffFuzz {
         cf: @escaping @Sendable () -> any LoopDriver,
         rlk: @escaping @Sendable () -> any LoopDriver
     ) -> FuzzOutcome {
-        let scenario: DiffScenario = { d, t in FuzzInterpreter(d, t, script).start() }
+        let scenario: DiffScenario = { driver, trace in FuzzInterpreter(driver, trace, script).start() }
         return FuzzOutcome(cf: diffTraceOf(cf, scenario), rlk: diffTraceOf(rlk, scenario))
     }
 

@@ -14,24 +14,54 @@ import Testing
 
 // MARK: - Threads
 
-/// A dedicated, joinable pthread running one closure.
+/// The tests' one thread host: a dedicated, joinable pthread that runs one body, typically a run
+/// loop the test hands work to.
+///
+/// The body is whatever the thread should do, so the same type hosts a RunLoopKit loop, a
+/// CoreFoundation loop (the CF side of the differential tests runs `CFRunLoopRunInMode` in its
+/// body), or plain work (a sender, an intruder):
 ///
 /// ```swift
 /// let thread = TestThread(name: "worker") { work() }
 /// #expect(thread.join(timeout: .seconds(5)))
 /// ```
 ///
+/// For a RunLoopKit loop the test talks to, ``hostingLoop(name:stackSize:sourceLocation:setup:run:)``
+/// makes `RunLoop.current` on the new thread, runs `setup`, publishes the loop as ``loop`` and
+/// then calls `run`; it returns once the loop exists, so the test can hand it work at once:
+///
+/// ```swift
+/// guard let host = TestThread.hostingLoop(name: "loop", run: { loop in loop.run(mode: .default, for: .seconds(10)) })
+/// else { return }
+/// host.loop.perform { ... }
+/// host.loop.stop()
+/// #expect(host.join(timeout: .seconds(10)))
+/// ```
+///
 /// ``join(timeout:)`` returns only after the thread has fully exited, thread-local destructors
-/// (and so a ``RunLoop``'s teardown) included.
+/// (and so a ``RunLoop``'s teardown) included. Every wait is bounded.
 final class TestThread: @unchecked Sendable {
-    /// The thread's kernel id, known once it has started (see ``started``).
+    // `@unchecked Sendable` is safe: every stored property is a `let`; `started`, `exited` and
+    // `hosted` are monitors (mutex-guarded), `joined` is atomic, and `handle` is a plain value
+    // written once in init and never changed.
+
+    /// The thread's kernel id, known once it has started (see ``tid(timeout:)``).
     let started = TestMonitor<Int32?>(nil)
     private let exited = TestMonitor(false)
     private let handle: pthread_t
     private let joined = Atomic<Bool>(false)
+    /// The loop published by a thread made with ``hostingLoop(name:stackSize:sourceLocation:setup:run:)``.
+    private let hosted: TestMonitor<RunLoop?>
 
     /// Starts `body` on a new thread named `name` (the kernel keeps 15 characters).
-    init(name: String, stackSize: Int = 512 * 1024, _ body: @escaping @Sendable () -> Void) {
+    convenience init(name: String, stackSize: Int = 512 * 1024, _ body: @escaping @Sendable () -> Void) {
+        self.init(name: name, stackSize: stackSize, hosted: TestMonitor(nil), body)
+    }
+
+    private init(
+        name: String, stackSize: Int, hosted: TestMonitor<RunLoop?>, _ body: @escaping @Sendable () -> Void
+    ) {
+        self.hosted = hosted
         let box = ThreadStart(name: name, body: body, started: started)
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
@@ -63,6 +93,40 @@ final class TestThread: @unchecked Sendable {
             }, Unmanaged.passRetained(joinBox).toOpaque())
         precondition(joinStatus == 0, "pthread_create failed: \(joinStatus)")
         pthread_detach(joiner)
+    }
+
+    /// Starts a thread that hosts a RunLoopKit loop: on the new thread, `setup` runs with
+    /// `RunLoop.current`, then the loop is published as ``loop``, then `run` runs (typically the
+    /// loop's runs) until it returns, and the thread exits. Waits (bounded, 10 s) until the loop is
+    /// published; nil, with an issue recorded, if it is not.
+    static func hostingLoop(
+        name: String,
+        stackSize: Int = 512 * 1024,
+        sourceLocation: SourceLocation = #_sourceLocation,
+        setup: @escaping @Sendable (RunLoop) -> Void = { _ in },
+        run: @escaping @Sendable (RunLoop) -> Void
+    ) -> TestThread? {
+        _ = TestLog.recorder
+        let hosted = TestMonitor<RunLoop?>(nil)
+        let thread = TestThread(name: name, stackSize: stackSize, hosted: hosted) {
+            let loop = RunLoop.current
+            setup(loop)
+            hosted.update { $0 = loop }
+            run(loop)
+        }
+        guard hosted.wait(timeout: .seconds(10), until: { $0 != nil }) else {
+            Issue.record("loop thread '\(name)' did not start", sourceLocation: sourceLocation)
+            return nil
+        }
+        return thread
+    }
+
+    /// The loop of a thread made with ``hostingLoop(name:stackSize:sourceLocation:setup:run:)``.
+    var loop: RunLoop {
+        guard let loop = hosted.read({ $0 }) else {
+            preconditionFailure("TestThread.loop: this thread was not started with hostingLoop")
+        }
+        return loop
     }
 
     /// The thread's kernel id; waits (bounded) for the thread to start.
@@ -133,10 +197,11 @@ enum TestThreads {
     static func runBlocking<T: Sendable>(
         name: String = "rlk-test",
         timeout: Duration = .seconds(30),
+        stackSize: Int = 512 * 1024,
         _ body: @escaping @Sendable () -> T
     ) -> T? {
         let result = Mutex<T?>(nil)
-        let thread = TestThread(name: name) {
+        let thread = TestThread(name: name, stackSize: stackSize) {
             let value = body()
             result.locked { $0 = value }
         }
@@ -175,6 +240,25 @@ enum TestThreads {
 
     /// The number of open file descriptors of the process.
     static func openFileDescriptors() -> Int { Int(crlk_count_open_fds()) }
+}
+
+// MARK: - Waiting for a condition
+
+/// Waits until `condition` holds: checks it, and between checks gives the CPU away for 100 µs
+/// (the other thread, whose progress the condition watches, may need this core). Returns whether
+/// it held; false only once `timeout` has passed, so a broken library fails the test instead of
+/// hanging it. The default is generous for a loaded 2-core CI machine; pass a shorter timeout
+/// only where the test means it as a bound.
+///
+/// For a condition another thread signals, wait on a ``TestMonitor`` or ``TestEvent`` instead:
+/// this is for state nothing signals (`isWaiting`, `/proc`, a counter).
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return condition() }
+        usleep(100)
+    }
+    return true
 }
 
 // MARK: - Monitor

@@ -31,18 +31,16 @@ import class RunLoopKit.RunLoop
     /// confined), and reports itself inaccessible elsewhere.
     @Test func aBoxMadeElsewhereIsUsableOnItsLoop() async {
         let outcome = await TestThreads.run(name: "rlk-bound-own") { () -> (Bool, Int?) in
-            let published = TestMonitor<RunLoop?>(nil)
             let result = Mutex<Int?>(nil)
             let release = TestEvent()
-            let owner = TestThread(name: "rlk-bound-loop") {
-                let loop = RunLoop.current
-                published.update { $0 = loop }
-                loop.add(RunLoopSource {}, forMode: .default)
-                while !release.read({ $0 }) { loop.run(mode: .default, for: .milliseconds(5)) }
-            }
-            guard published.wait(timeout: .seconds(10), until: { $0 != nil }), let loop = published.read({ $0 }) else {
-                return (true, nil)
-            }
+            guard
+                let owner = TestThread.hostingLoop(
+                    name: "rlk-bound-loop", setup: { $0.add(RunLoopSource {}, forMode: .default) },
+                    run: { loop in
+                        while !release.read({ $0 }) { loop.run(mode: .default, for: .milliseconds(5)) }
+                    })
+            else { return (true, nil) }
+            let loop = owner.loop
             let box = LoopBound(41, on: loop)
             let accessibleHere = box.isAccessible
             loop.perform {
