@@ -91,6 +91,9 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     /// Set when the descriptor number was found reused: unregistering must not touch the number,
     /// which now names another descriptor.
     let numberReused = Atomic<Bool>(false)
+    /// A source the library keeps for itself (the main queue's), left out of a loop's
+    /// `description`.
+    let isLibrarySource = Atomic<Bool>(false)
     /// Whether the owned descriptor was closed.
     private let descriptorClosed = Atomic<Bool>(false)
 

@@ -41,7 +41,9 @@ extension RunLoop {
             // Descriptions of the items themselves (fd, watched events; a port's queue), made
             // outside the loop's lock: each takes its item's own lock.
             lines.append("    sources1 = {")
-            for item in mode.sources1 { lines.append("      \(item)") }
+            for item in mode.sources1 where !(item.descriptorSource?.isLibrarySource.load(ordering: .relaxed) ?? false) {
+                lines.append("      \(item)")
+            }
             lines.append("    },")
             lines.append("    timers = {")
             lines.append(contentsOf: index < timerLines.count ? timerLines[index] : [])

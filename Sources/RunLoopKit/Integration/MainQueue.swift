@@ -87,8 +87,10 @@ enum MainQueueDrain {
         // -1: dispatch_main() has run; the main queue is no longer bound to the main thread.
         guard handle >= 0 else { return nil }
         do {
-            return try FileDescriptorSource(
+            let source = try FileDescriptorSource(
                 descriptor: handle, watching: .readable, ownsDescriptor: false, order: .min, handler: serve)
+            source.isLibrarySource.store(true, ordering: .relaxed)
+            return source
         } catch {
             Diagnostics.error(
                 "cannot watch libdispatch's main-queue descriptor \(handle): \(error); RunLoop.main will not serve DispatchQueue.main"
