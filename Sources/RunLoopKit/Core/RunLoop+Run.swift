@@ -171,7 +171,7 @@ extension RunLoop {
     private func runPasses(_ context: inout RunContext) -> RunResult {
         if consumeStop(context) { return .stopped }
         while true {
-            beginPass()
+            beginPass(&context)
             doObservers(.beforeTimers, &context)
             doObservers(.beforeSources, &context)
             doBlocks(&context)
@@ -184,11 +184,13 @@ extension RunLoop {
             // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
             // (this pass handles what the wait found; the next looks at everything anyway).
             acceptsWakeUps.store(false, ordering: .relaxed)
+            if context.pass.flags & LoopInstrumentation.reportIterations != 0 { noteWakeReason(poll, &context) }
             if !poll { doObservers(.afterWaiting, &context) }
 
             doTimers(&context)
             let source1Handled = doSources1(&context)
             doBlocks(&context)
+            if context.pass.flags & LoopInstrumentation.reportIterations != 0 { reportPass(&context) }
 
             if (sourceHandled || source1Handled) && context.returnAfterSourceHandled { return .handledSource }
             if context.deadline != LoopClock.never, LoopClock.now() >= context.deadline { return .timedOut }
@@ -204,6 +206,7 @@ extension RunLoop {
     private func doObservers(_ activity: Activity, _ context: inout RunContext) {
         refreshItems(&context)
         guard context.items.observerMask & activity.rawValue != 0 else { return }
+        enterPhase(.observers, &context)
         let observers = context.items.observers
         // Index loops over the retained snapshot: no iterator, so nothing to allocate even in
         // unoptimized builds.
@@ -223,6 +226,7 @@ extension RunLoop {
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
+        enterPhase(.blocks, &context)
         let hasOlder = !confined.blocks.isEmpty
         let batch = inbox.exchange(&context.scratch.spareBatch)
         guard hasOlder || batch != nil else { return }
@@ -279,6 +283,7 @@ extension RunLoop {
     /// order, equal orders by signal time: a source signalled by a callback of this pass waits for
     /// the next pass. With `returnAfterSourceHandled`, stops after the first.
     private func doSources0(_ context: inout RunContext) -> Bool {
+        enterPhase(.sources0, &context)
         refreshItems(&context)
         let sources = context.items.sources
         var index = 0
@@ -335,6 +340,7 @@ extension RunLoop {
     private func doTimers(_ context: inout RunContext) {
         refreshItems(&context)
         guard context.items.timerCount > 0 else { return }
+        enterPhase(.timers, &context)
         // The batch of a pass further out that is calling a timer handler now (this run is
         // nested in it), set aside while this batch runs.
         var outer = TimerBatch()
@@ -561,6 +567,7 @@ extension RunLoop {
     /// `returnAfterSourceHandled`, handles one callout (CoreFoundation handles the one port that
     /// woke it). Returns whether a callout ran.
     private func doSources1(_ context: inout RunContext) -> Bool {
+        enterPhase(.sources1, &context)
         var attention =
             source1Attention.load(ordering: .relaxed) && source1Attention.exchange(false, ordering: .acquiring)
         if attention { context.tookAttention = true }
@@ -640,6 +647,7 @@ extension RunLoop {
     /// a poll only asks the kernel which descriptors are ready. What woke the loop is left for the
     /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
     private func wait(_ context: inout RunContext, poll: Bool) {
+        enterPhase(.waiting, &context)
         prepareToWait(&context)
         guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
         if poll || sources1Pending(context) {
@@ -822,7 +830,8 @@ extension RunLoop {
         return RunContext(
             id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
-            outerAcceptsWakeUps: outerAccepts)
+            outerAcceptsWakeUps: outerAccepts, outerPhase: confined.phase,
+            outerPhaseStartNs: instrumentation.phaseStartNs.load(ordering: .relaxed))
     }
 
     private func endRun(_ context: inout RunContext) {
@@ -837,6 +846,11 @@ extension RunLoop {
             if !confined.blocks.isEmpty { confined.blocksTakenByNestedRun = true }
         }
         acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
+        // The enclosing run's phase again (with the latest generation: the loop moved on).
+        publishPhase(context.outerPhase)
+        if instrumentation.flags.load(ordering: .relaxed) != 0 {
+            instrumentation.phaseStartNs.store(context.outerPhaseStartNs, ordering: .relaxed)
+        }
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
         state.locked { _ = $0.runningModes.popLast() }
@@ -885,9 +899,83 @@ extension RunLoop {
     /// return at once for nothing. The exchange (not a store) synchronizes with the waker, so what
     /// it queued before waking is seen by this pass.
     @inline(__always)
-    private func beginPass() {
+    private func beginPass(_ context: inout RunContext) {
         acceptsWakeUps.store(true, ordering: .relaxed)
         dropIgnoredWakeUp()
+        confined.generation &+= 1
+        context.pass.flags = instrumentation.flags.load(ordering: .relaxed)
+        if context.pass.flags & LoopInstrumentation.reportIterations != 0 {
+            context.pass.times = PhaseTimes()
+            context.pass.wakeReason = .none
+        } else if !confined.reporters.isEmpty {
+            // The last reporter was removed: its closure goes now, not at the loop's end.
+            confined.reporters = []
+            confined.reportersVersion = 0
+        }
+    }
+
+    // MARK: Instrumentation (see Instrumentation.swift)
+
+    /// Enters `phase`: publishes it with the pass's generation (one relaxed store), and while the
+    /// loop is instrumented, stamps its start and charges the time since the last change to the
+    /// phase that ends.
+    @inline(__always)
+    private func enterPhase(_ phase: Phase, _ context: inout RunContext) {
+        if context.pass.flags != 0 { stampPhase(phase, &context) }
+        context.pass.phase = phase
+        publishPhase(phase)
+    }
+
+    @inline(__always)
+    private func publishPhase(_ phase: Phase) {
+        confined.phase = phase
+        instrumentation.phaseWord.store(confined.generation << 8 | UInt64(phase.rawValue), ordering: .relaxed)
+    }
+
+    private func stampPhase(_ phase: Phase, _ context: inout RunContext) {
+        let now = LoopClock.now()
+        if context.pass.phaseStartNs != 0 {
+            context.pass.times.add(now - context.pass.phaseStartNs, to: context.pass.phase)
+        }
+        context.pass.phaseStartNs = now
+        instrumentation.phaseStartNs.store(now, ordering: .relaxed)
+    }
+
+    /// What ended the pass's wait, read from what the wait left behind.
+    private func noteWakeReason(_ poll: Bool, _ context: inout RunContext) {
+        context.pass.wakeReason =
+            if poll {
+                .none
+            } else if !context.scratch.kernelEvents.isEmpty {
+                .descriptor
+            } else if confined.recentCrossThreadWakeUp {
+                source1Attention.load(ordering: .relaxed) ? .port : .wakeUp
+            } else if LoopClock.now() >= context.deadline {
+                .timeout
+            } else {
+                .timer
+            }
+    }
+
+    /// Hands the pass's report to the loop's iteration reporters, on the loop's thread, with no
+    /// lock held.
+    private func reportPass(_ context: inout RunContext) {
+        enterPhase(context.pass.phase, &context)  // charges the phase in progress up to now
+        let report = IterationReport(
+            mode: context.mode, generation: confined.generation, wakeReason: context.pass.wakeReason,
+            slept: context.pass.wakeReason == .none ? .zero : context.pass.times[.waiting],
+            phaseTimes: context.pass.times)
+        if confined.reportersVersion != instrumentation.reportersVersion.load(ordering: .acquiring) {
+            confined.reportersVersion = instrumentation.reportersVersion.load(ordering: .acquiring)
+            confined.reporters = instrumentation.currentReporters
+        }
+        // An index loop over the loop's own copy: no lock, no iterator (nothing to allocate).
+        let reporters = confined.reporters
+        var index = 0
+        while index < reporters.count {
+            reporters[index].call(report)
+            index += 1
+        }
     }
 
     /// Drops a pending wakeup unless ``wakeUp()`` or ``stop()`` asked for it while it was heard.
@@ -969,6 +1057,11 @@ struct RunContext {
     var sources1Scanned = false
     /// Whether this run cleared a version-1 source's request for attention (see `endRun`).
     var tookAttention = false
+    /// The enclosing run's phase and its start, published again when this run ends.
+    let outerPhase: RunLoop.Phase
+    let outerPhaseStartNs: Int64
+    /// The current pass's instrumentation.
+    var pass = PassInstrumentation()
 }
 
 /// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
@@ -1058,6 +1151,12 @@ final class LoopThreadState: @unchecked Sendable {
     /// A nested run ended with blocks in `blocks`: the enclosing run looks at them before it
     /// sleeps (see `handedOverWorkPending`).
     var blocksTakenByNestedRun = false
+    /// The pass count behind ``RunLoop/PhaseSnapshot/generation``, and the phase published now.
+    @exclusivity(unchecked) var generation: UInt64 = 0
+    @exclusivity(unchecked) var phase: RunLoop.Phase = .notRunning
+    /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
+    @exclusivity(unchecked) var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
+    @exclusivity(unchecked) var reportersVersion: UInt64 = 0
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
 }

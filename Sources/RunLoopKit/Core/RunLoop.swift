@@ -80,6 +80,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let source1Attention = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
+    /// The instrumentation seam: phase, generation, reporters (Instrumentation.swift).
+    let instrumentation = LoopInstrumentation()
     /// Per-loop objects of the layers above the core (see ``LoopAttachments``).
     let attachments = LoopAttachments()
 
