@@ -18,6 +18,8 @@ struct IterationWorkload: Workload {
         [
             Metric("iter_per_s", "iterations/s, no observer", .perSecond, .higherIsBetter),
             Metric("iter_per_s_observed", "iterations/s, all-activities observer", .perSecond, .higherIsBetter),
+            Metric("iter_per_s_watched", "iterations/s, phases watched (RunLoopKit seam)", .perSecond, .higherIsBetter),
+            Metric("iter_per_s_reported", "iterations/s, iteration reporter on (RunLoopKit seam)", .perSecond, .higherIsBetter),
         ]
     }
     var implementations: [Impl] { [.runLoopKit, .cf] }
@@ -28,10 +30,21 @@ struct IterationWorkload: Workload {
         init(target: Int) { self.target = target }
     }
 
-    private func rlk(observed: Bool) -> Double {
+    /// What of RunLoopKit's instrumentation seam is on: nothing (the default), a phase watch (a
+    /// clock read per phase change), or an iteration reporter that does nothing (a report per pass).
+    enum Seam { case idle, watched, reported }
+
+    private func rlk(observed: Bool, seam: Seam = .idle) -> Double {
         let iterations = self.iterations
         return BenchThread.run {
             let loop = RunLoop.current
+            let token: RunLoop.InstrumentationToken? =
+                switch seam {
+                case .idle: nil
+                case .watched: loop.watchPhases()
+                case .reported: loop.addIterationReporter { _ in }
+                }
+            defer { token?.cancel() }
             let spin = Spin(target: iterations)
             let me = Box<RunLoopSource?>(nil)
             let source = RunLoopSource {
@@ -83,7 +96,11 @@ struct IterationWorkload: Workload {
     }
 
     func runRunLoopKit() -> Measurement {
-        ["iter_per_s": rlk(observed: false), "iter_per_s_observed": rlk(observed: true)]
+        [
+            "iter_per_s": rlk(observed: false), "iter_per_s_observed": rlk(observed: true),
+            "iter_per_s_watched": rlk(observed: false, seam: .watched),
+            "iter_per_s_reported": rlk(observed: false, seam: .reported),
+        ]
     }
 
     func runCF() -> Measurement {
