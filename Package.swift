@@ -53,11 +53,13 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "CRunLoopKit",
+                "CAllocationCounter",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             path: "Tests/HostileProbe"
         ),
-        // Test-only: counts a thread's heap allocations (see Tests/CAllocationCounter).
+        // Test-only: counts a thread's heap allocations and the process's open descriptors (see
+        // Tests/CAllocationCounter).
         .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
         .testTarget(
             name: "RunLoopKitTests",

@@ -2,7 +2,6 @@
 #include "CRunLoopKit.h"
 #include <pthread.h>
 #include <unistd.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <linux/futex.h>
@@ -44,18 +43,6 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns) {
         spec.it_value.tv_nsec = deadline_ns % 1000000000LL;
     }
     return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
-}
-
-int crlk_count_open_fds(void) {
-    DIR *dir = opendir("/proc/self/fd");
-    if (!dir) return -1;
-    int count = 0;
-    struct dirent *entry;
-    while ((entry = readdir(dir)) != NULL) {
-        if (entry->d_name[0] != '.') count++;
-    }
-    closedir(dir);
-    return count - 1; /* the directory stream's own descriptor */
 }
 
 #if defined(__has_feature)

@@ -1,3 +1,4 @@
+#include <dirent.h>
 // Counts heap allocations made by one thread, by interposing malloc & co. in the test binary and
 // forwarding to glibc's own entry points. Test-only: lets a test assert that a steady-state run
 // loop pass allocates nothing.
@@ -50,3 +51,15 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
 #endif
 
 size_t alloc_counter_usable_size(const void *pointer) { return malloc_usable_size((void *)pointer); }
+
+int test_count_open_fds(void) {
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir) return -1;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (entry->d_name[0] != '.') count++;
+    }
+    closedir(dir);
+    return count - 1; /* the directory stream's own descriptor */
+}

@@ -14,6 +14,7 @@
 // hang on a broken library prints what it saw (`...finished: false`) and exits; an alarm ends a
 // probe that hangs anyway (and the test kills it after its own timeout).
 
+import CAllocationCounter
 import CRunLoopKit
 import Dispatch
 import Glibc
@@ -158,7 +159,7 @@ enum Descriptors {
     static func exhaust() -> [Int32] {
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
-        let wanted = rlim_t(max(64, crlk_count_open_fds() + 48))
+        let wanted = rlim_t(max(64, test_count_open_fds() + 48))
         if limit.rlim_cur > wanted {
             limit.rlim_cur = wanted
             setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
@@ -580,7 +581,7 @@ enum Scenarios {
     // MARK: Finding 7: /dev/null and /dev/zero with ownsDescriptor
 
     static func devNullAndZero() {
-        let before = crlk_count_open_fds()
+        let before = test_count_open_fds()
         var rejected: [String: Int] = ["/dev/null": 0, "/dev/zero": 0]
         var otherErrors: [String] = []
         var callerCloses = 0
@@ -598,7 +599,7 @@ enum Scenarios {
                 if close(fd) == 0 { callerCloses += 1 }
             }
         }
-        let after = crlk_count_open_fds()
+        let after = test_count_open_fds()
         emit("/dev/null rejected with notPermitted: \(rejected["/dev/null"]!) of 100")
         emit("/dev/zero rejected with notPermitted: \(rejected["/dev/zero"]!) of 100")
         emit("other errors: \(otherErrors.count)")
@@ -650,14 +651,14 @@ enum Scenarios {
 
     /// onCancel, run by the thread-exit teardown, asks for RunLoop.current.
     static func teardownCurrent() {
-        let before = crlk_count_open_fds()
+        let before = test_count_open_fds()
         let thread = ProbeThread(name: "hp-teardown-cur") {
             let loop = RunLoop.current
             let source = RunLoopSource(
                 onCancel: { cancelled, _ in
-                    let fdsBefore = crlk_count_open_fds()
+                    let fdsBefore = test_count_open_fds()
                     let current = RunLoop.current
-                    let fdsAfter = crlk_count_open_fds()
+                    let fdsAfter = test_count_open_fds()
                     emit("current in onCancel is the dying loop: \(current === cancelled && cancelled === loop)")
                     emit("current.isCurrent in onCancel: \(current.isCurrent)")
                     emit("descriptors opened by RunLoop.current in onCancel: \(fdsAfter - fdsBefore)")
@@ -666,7 +667,7 @@ enum Scenarios {
             loop.run(mode: .default, for: .milliseconds(1))
         }
         emit("thread joined: \(thread.join(seconds: 5))")
-        emit("descriptors left after the thread exited: \(crlk_count_open_fds() - before)")
+        emit("descriptors left after the thread exited: \(test_count_open_fds() - before)")
     }
 
     /// A thread exits while its descriptor sources' handlers hold (through a table) the sources
@@ -677,7 +678,7 @@ enum Scenarios {
             let items = Mutex<[AnyObject & Sendable]>([])
         }
         let table = Table()
-        let before = crlk_count_open_fds()
+        let before = test_count_open_fds()
         let thread = ProbeThread(name: "hp-exit-cycle") {
             let loop = RunLoop.current
             for _ in 0..<10 {
@@ -696,11 +697,11 @@ enum Scenarios {
             let port = MessagePort<Int> { _ in table.items.withLock { _ = $0.count } }
             table.items.withLock { $0.append(port) }
             loop.add(port, forMode: .default)
-            emit("descriptors opened on the thread: \(crlk_count_open_fds() - before)")
+            emit("descriptors opened on the thread: \(test_count_open_fds() - before)")
             loop.run(mode: .default, for: .milliseconds(1))
         }
         emit("thread joined: \(thread.join(seconds: 5))")
-        emit("descriptors left after the thread exited: \(crlk_count_open_fds() - before)")
+        emit("descriptors left after the thread exited: \(test_count_open_fds() - before)")
         let invalid = table.items.withLock { items in
             items.filter { item in
                 if let source = item as? FileDescriptorSource { return !source.isValid }

@@ -35,8 +35,6 @@ int64_t crlk_boottime_upper_bound_ns(void);
 /// or disarms it when `deadline_ns` is negative. Returns 0, or -1 with errno set.
 int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 
-/// Counts the open file descriptors of this process (entries in /proc/self/fd), or -1.
-int crlk_count_open_fds(void);
 
 /// `accept4(2)`, which Swift's Glibc module does not import (glibc declares it only under
 /// `_GNU_SOURCE`, which shims.c defines).
@@ -110,7 +108,6 @@ enum {
     CRLK_EPOLLOUT = EPOLLOUT,
     CRLK_EPOLLERR = EPOLLERR,
     CRLK_EPOLLHUP = EPOLLHUP,
-    CRLK_EPOLLRDHUP = EPOLLRDHUP,
 };
 
 #endif

@@ -3,24 +3,30 @@ import DequeModule
 import Glibc
 import SystemPackage
 
-// The run algorithm, in one place. It follows CoreFoundation's __CFRunLoopRun (the seeds'
-// pseudo-code):
+// The run algorithm, in one place. It follows CoreFoundation's __CFRunLoopRun (the pseudo-code
+// of the iOS RunLoop articles); each phase is a function below, and each publishes its name for
+// the instrumentation seam (enterPhase).
 //
 //     run(mode):
 //         mode is .common or empty            -> return .finished (no observers)
 //         doObservers(entry)
-//         repeat:
+//         repeat:                                                  // beginPass: generation += 1
 //             doObservers(beforeTimers); doObservers(beforeSources)
 //             doBlocks()
 //             handled = doSources0(); if handled { doBlocks() }
 //             poll = handled || timeout == 0
 //             if !poll { doObservers(beforeWaiting) }
-//             wait(poll)                       // epoll_wait: eventfd, timerfd, fd sources
+//             wait(poll)                       // EpollBackend.wait: eventfd, timerfd, fd sources
 //             if !poll { doObservers(afterWaiting) }
-//             doTimers(); doBlocks()
-//             exit: handled && returnAfterSourceHandled -> .handledSource
+//             doTimers()                        // due timers, by fire date
+//             handled1 = doSources1()           // descriptors, ports, the main queue
+//             doBlocks()
+//             reportPass()                      // only while an iteration reporter listens
+//             exit: (handled || handled1) && returnAfterSourceHandled -> .handledSource
 //                   timeout passed -> .timedOut; stop() -> .stopped; mode empty -> .finished
 //         doObservers(exit)
+//
+// Who may call what, and the locks and the wake protocol behind it, are in RunLoop.swift.
 
 extension RunLoop {
     /// Runs the loop once in `mode` until the timeout passes, ``stop()`` is called, the mode has

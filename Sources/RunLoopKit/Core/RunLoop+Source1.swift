@@ -350,11 +350,8 @@ extension RunLoop {
 
     /// Tells the loop a version-1 source has something to deliver, and wakes it. Any thread.
     func source1NeedsAttention() {
-        // Sequentially consistent, as the loop's load in `wait`: this store must be ordered before
-        // requestWakeUp's load of `wakeRequested`. With a releasing store the CPU may make it
-        // visible after that load; the waker then saw a stale pending request and returned, while
-        // the loop, having discarded that request, read `false` here and slept with messages
-        // queued (found by MessagePortTests.aSenderIsNeverLeftWithTheLoopAsleep in release builds).
+        // Sequentially consistent: see the wake protocol in RunLoop.swift (with a releasing store a
+        // sender can be left with the loop asleep: MessagePortTests.aSenderIsNeverLeftWithTheLoopAsleep).
         source1Attention.store(true, ordering: .sequentiallyConsistent)
         requestWakeUp()
     }

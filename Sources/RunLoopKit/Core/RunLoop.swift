@@ -4,6 +4,48 @@ import Logging
 import Synchronization
 import SystemPackage
 
+// Threading, in one place (the DocC article "Threading" says the same for users).
+//
+// Threads. A loop runs only on its own thread: the run entry points and limitDate start with
+// preconditionOnOwnThread. Everything else (adding and removing items, perform, stop, wakeUp,
+// the instrumentation readers) is safe from any thread.
+//
+// Locks, outermost first; a lock is never taken while one below it in this list is held:
+//   1. The loop's `state` (Mutex<LoopState>): the mode table (each mode's version-0 sources,
+//      observers, timer heap, version-1 sources, descriptor registrations and interest set), the
+//      common modes and common items, the descriptor owners by number, the running modes, the
+//      armed timerfd deadline, `tornDown`. The kernel backend's registration calls and the timerfd
+//      arming are made under it (it orders them).
+//   2. An item's own lock: a timer's `state`, a version-1 source's `registration`, a version-0
+//      source's or an observer's `registrations`. Item methods that need the loop read the loop
+//      under the item's lock, let it go, and call the loop, which takes 1 then 2.
+//   3. Leaf locks, under which nothing else is taken: a port's `queue`, the block inbox's spin
+//      lock, the instrumentation's reporters, the attachments, the backend's `closed` flag.
+//   State only the loop's thread touches is in `confined` (LoopThreadState), with no lock.
+//
+// No lock is held while user code runs: each phase takes its items out under the lock (or from
+// the run's copy of the mode's lists, re-read when `itemsVersion` moves) and calls them after.
+// What may run deinits is released after the lock (`withState` releases dropped timer entries;
+// `mutatingItems` sends wakeups decided under the lock once it is let go). User code is called
+// from doObservers, doBlocks, doSources0, doTimers, doSources1 and reportPass (RunLoop+Run.swift),
+// from add/remove/invalidate of a version-0 source (onSchedule/onCancel, on the calling thread),
+// and from the thread-exit teardown (onCancel, deinits).
+//
+// The wake protocol. The loop sleeps only after announcing it; a waker writes the eventfd only
+// when the loop has announced its sleep and no wakeup is pending:
+//   loop (wait):           sleeping = true;  if wakeRequested (exchange) or handed-over work
+//                          { sleeping = false; don't sleep }; else EpollBackend.wait
+//   waker (requestWakeUp): fence; if wakeRequested { return }; if exchange(wakeRequested, true)
+//                          { return }; if sleeping { backend.signal() (write the eventfd) }
+// Each side stores one flag and then loads the other's (the store-buffer, or Dekker, pattern).
+// With acquire/release only, both loads may read the old values (each store still in its core's
+// store buffer): the loop sleeps and the waker does not write, a lost wakeup. Sequential
+// consistency puts the four operations in one order, so one side sees the other. The fence orders
+// the waker's own earlier stores (the block pushed, the source's attention flag) before its early
+// return on a pending request. `source1Attention` is stored sequentially consistently for the same
+// reason. Only the loop's thread writes `sleeping`; any thread writes `wakeRequested`; only the
+// loop clears it, with an exchange that synchronizes with the waker's.
+
 /// A thread's event loop, with CoreFoundation's semantics (CFRunLoop / NSRunLoop), for Linux.
 ///
 /// Every thread has at most one loop, created the first time the thread asks for
@@ -733,17 +775,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// no other waker got there first.
     @inline(__always)
     func requestWakeUp() {
-        // A plain load first: while a wakeup is already pending (the common case under load) the
-        // waker leaves the flag's cache line shared instead of taking it for an exchange. Nothing
-        // is lost by returning on `true`: if that `true` predates the loop's clearing exchange, this
-        // waker queued its work before the loop's next look at its queues (otherwise the loop's
-        // look, and so its clear, would happen-before this load, which would then read `false` or
-        // a newer `true`); a newer `true` belongs to a waker that does the waking itself.
-        //
-        // The fence orders the caller's earlier stores (the block pushed, the source signalled)
-        // before that load: without it, on x86 the load may run while those stores still sit in
-        // this core's store buffer, and the loop, clearing the flag meanwhile, could miss them and
-        // sleep. A fence, unlike the exchange, leaves the flag's line shared.
+        // The wake protocol at the top of this file. A plain load first: while a wakeup is pending
+        // (the common case under load) the flag's cache line stays shared; returning on `true` is
+        // safe because the fence ordered this waker's work before the load.
         atomicMemoryFence(ordering: .sequentiallyConsistent)
         if wakeRequested.load(ordering: .sequentiallyConsistent) { return }
         if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }

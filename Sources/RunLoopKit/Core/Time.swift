@@ -73,20 +73,6 @@ extension Duration {
         guard quotient <= UInt64(Int64.max) else { return atto < 0 ? .min : .max }
         return atto < 0 ? -Int64(quotient) : Int64(quotient)
     }
-
-    /// ``saturatedNanoseconds`` computed the plain way, with one 128-by-64-bit division: the
-    /// reference the tests compare the fast version with.
-    var saturatedNanosecondsByDivision: Int64 {
-        let atto = attoseconds
-        let magnitude = atto.magnitude
-        let high = UInt64(truncatingIfNeeded: magnitude >> 64)
-        let low = UInt64(truncatingIfNeeded: magnitude)
-        let divisor: UInt64 = 1_000_000_000
-        guard high < divisor else { return atto < 0 ? .min : .max }
-        let (quotient, _) = divisor.dividingFullWidth((high: high, low: low))
-        guard quotient <= UInt64(Int64.max) else { return atto < 0 ? .min : .max }
-        return atto < 0 ? -Int64(quotient) : Int64(quotient)
-    }
 }
 
 extension Int64 {

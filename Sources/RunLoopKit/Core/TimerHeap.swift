@@ -5,8 +5,8 @@ import CRunLoopKit
 /// An entry holds one manual retain of its timer, so that moving entries around the heap (each
 /// sift moves several) costs no reference counting. Ownership of that retain moves with the entry:
 /// ``init(fireNs:latestNs:sequence:generation:timer:)`` takes it, ``TimerHeap/insert(_:)`` hands it
-/// to the heap, the heap releases the entries it drops, and ``TimerHeap/popDue(now:)`` hands it
-/// to the caller, who calls ``release()`` when done.
+/// to the heap, the heap releases the entries it drops, and a pop hands it to the caller, who
+/// calls ``release()`` when done.
 struct TimerEntry {
     /// When the timer is due.
     var fireNs: Int64
@@ -92,20 +92,8 @@ struct TimerHeap {
         return nil
     }
 
-    /// Removes and returns the earliest live entry if it is due at `now`; the caller owns its
-    /// retain.
-    ///
-    /// - Complexity: O(log n).
-    mutating func popDue(now: Int64) -> TimerEntry? {
-        var graveyard = ContiguousArray<TimerEntry>()
-        defer { for entry in graveyard { entry.release() } }
-        guard let top = peekLive(graveyard: &graveyard), top.fireNs <= now else { return nil }
-        removeTop()
-        return top
-    }
-
     /// Removes and returns the earliest entry, live or stale, if it is due at `now`; the caller owns
-    /// its retain. Unlike ``popDue(now:)`` it does not touch the timer object, so a loop that pops
+    /// its retain. Unlike a pop that checks liveness it does not touch the timer object, so a loop that pops
     /// a batch of due entries can bring their timers into the cache ahead of use and check
     /// liveness then.
     ///

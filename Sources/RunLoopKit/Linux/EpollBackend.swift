@@ -249,7 +249,10 @@ final class EpollBackend: Sendable {
     ///   /dev/null, /dev/zero). Out of descriptors for the trial set, it cannot tell and lets the
     ///   descriptor through (the loop reports it when it watches it).
     static func checkWatchable(_ fd: Int32) throws(Errno) {
-        guard let set = try? Epoll.create() else { return }
+        let set: Int32
+        do throws(Errno) { set = try Epoll.create() } catch {
+            return  // Out of descriptors for the trial set: it cannot tell (see above).
+        }
         defer { System.close(set) }
         do throws(Errno) {
             try Epoll.control(set, EPOLL_CTL_ADD, fd: fd, owner: .caller, events: 0, tag: firstCallerTag)

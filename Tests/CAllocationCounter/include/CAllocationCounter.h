@@ -12,4 +12,6 @@ void alloc_counter_start(void);
 long alloc_counter_stop(void);
 /// The usable size of a heap block (glibc's malloc_usable_size).
 size_t alloc_counter_usable_size(const void *pointer);
+/// The number of open file descriptors of the process (entries of /proc/self/fd), or -1.
+int test_count_open_fds(void);
 #endif

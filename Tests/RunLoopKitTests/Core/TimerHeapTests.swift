@@ -89,3 +89,16 @@ import Testing
         #expect(popped == keep.count)
     }
 }
+
+extension TimerHeap {
+    /// Test-only: removes and returns the earliest live entry if it is due at `now`; the caller owns its
+    /// retain.
+    ///
+    /// - Complexity: O(log n).
+    mutating func popDue(now: Int64) -> TimerEntry? {
+        var graveyard = ContiguousArray<TimerEntry>()
+        defer { for entry in graveyard { entry.release() } }
+        guard let top = peekLive(graveyard: &graveyard), top.fireNs <= now else { return nil }
+        return popEarliest(dueBy: now)
+    }
+}

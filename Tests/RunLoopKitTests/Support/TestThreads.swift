@@ -1,3 +1,4 @@
+import CAllocationCounter
 import CRunLoopKit
 import Glibc
 import Logging
@@ -239,7 +240,7 @@ enum TestThreads {
     }
 
     /// The number of open file descriptors of the process.
-    static func openFileDescriptors() -> Int { Int(crlk_count_open_fds()) }
+    static func openFileDescriptors() -> Int { Int(test_count_open_fds()) }
 }
 
 // MARK: - Waiting for a condition
