@@ -2,7 +2,7 @@ import CRunLoopKit
 import Glibc
 import Synchronization
 
-/// A thread whose run loop stays alive to take tasks, stops cleanly, and never leaks: the seeds'
+/// A thread whose run loop stays alive to take tasks, stops cleanly, and never leaks: iOS's
 /// thread keep-alive (线程保活, ZXYPermenantThread / LBPPermenantThread), done properly.
 ///
 /// ```swift
@@ -14,8 +14,8 @@ import Synchronization
 ///
 /// The thread is a POSIX thread named `name` (the kernel keeps the first 15 bytes: `ps -L`,
 /// `top -H`, `/proc/<pid>/task/<tid>/comm` and debuggers show it). Its loop is kept alive by a
-/// ``MessagePort`` that never receives a message (the seeds' `addPort:[NSPort port]`), and runs the
-/// stoppable pattern of seed 000: `while !stopped { loop.run(mode: .default, before: .distantFuture) }`.
+/// ``MessagePort`` that never receives a message (iOS's `addPort:[NSPort port]`), and runs the
+/// stoppable keep-alive pattern: `while !stopped { loop.run(mode: .default, before: RunLoop.distantFuture) }`.
 ///
 /// - Tasks run one at a time on that thread, first in, first out (in the order their
 ///   ``execute(_:)`` or ``executeAndWait(_:)`` calls were accepted), as blocks of ``loop`` queued for
@@ -173,7 +173,7 @@ public final class PermanentThread: Sendable, CustomStringConvertible {
 }
 
 /// What the permanent thread shares with its owner. The thread holds it, not the
-/// ``PermanentThread``, so that dropping the owner's last reference runs its `deinit` (the seeds'
+/// ``PermanentThread``, so that dropping the owner's last reference runs its `deinit` (iOS's
 /// `__weak typeof(self) weakSelf`).
 final class PermanentThreadCore: Sendable {
     struct Started: Sendable {
@@ -206,8 +206,7 @@ final class PermanentThreadCore: Sendable {
         loop.add(keepAlive, forMode: .default)
         started.set(Started(loop: loop, tid: tid))
         while !stopped.load(ordering: .acquiring) {
-            // `run(mode: .default, before: .distantFuture)`: runs until a source is handled.
-            loop.run(mode: .default, for: .seconds(1e10), returnAfterSourceHandled: true)
+            loop.run(mode: .default, before: RunLoop.distantFuture)
         }
         keepAlive.invalidate()
         // Returning ends the thread; its loop is torn down by the thread-exit hook.

@@ -72,7 +72,7 @@ extension RunLoop {
     ///
     /// It is a one-shot ``RunLoopTimer`` in those modes, so it obeys the timer rules: while the
     /// loop runs in another mode the block waits, and it keeps the modes from being empty until it
-    /// runs or is cancelled. The seeds' image-loading trick — set an image only when the user is
+    /// runs or is cancelled. The classic image-loading trick — set an image only when the user is
     /// not scrolling — is `loop.perform(after: .zero, inModes: [.default]) { show(image) }`: while
     /// the loop runs in ``Mode/tracking`` the block waits; back in ``Mode/default``, it runs.
     ///

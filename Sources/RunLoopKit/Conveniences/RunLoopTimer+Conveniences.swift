@@ -1,5 +1,5 @@
 // Timer conveniences: scheduledTimer (`RunLoop.schedule`), `fire()`, and timers with a weak target
-// (the seeds' NSProxy fix for NSTimer's retain cycle, built in).
+// (the NSProxy fix for NSTimer's retain cycle, built in).
 
 extension RunLoop {
     /// Creates a timer and adds it to this loop in `mode`: NSTimer's
@@ -38,7 +38,7 @@ extension RunLoop {
     /// Creates a timer for `target`, held weakly, and adds it to this loop in `mode`.
     ///
     /// The timer never keeps `target` alive, so an object that owns its timer does not leak (the
-    /// retain cycle the seeds break with an `NSProxy`). When the timer fires and `target` is gone,
+    /// retain cycle iOS code breaks with an `NSProxy`). When the timer fires and `target` is gone,
     /// the timer invalidates itself instead of calling `handler`: the loop then releases it, and
     /// `handler` is never called after `target`'s deinitialization.
     ///

@@ -4,7 +4,7 @@ import Synchronization
 /// An in-process port: any thread sends typed messages, and the loop the port is scheduled on
 /// wakes and hands them to the handler on its thread, first in, first out.
 ///
-/// The stand-in for the Mach ports of seed 002 ("Mach Port 跨线程通信"): a version-1 source that
+/// The stand-in for Mach ports (cross-thread messages to a run loop on iOS): a version-1 source that
 /// another thread makes ready. Messages are handled after the loop wakes (after
 /// ``RunLoop/Activity/afterWaiting`` and the due timers), in ascending ``order`` among the mode's
 /// version-1 sources, only while the loop runs in one of the port's modes; handling counts as a

@@ -1026,7 +1026,7 @@ extension RunLoop {
     }
 
     /// With `RUNLOOPKIT_DEBUG=1`, logs a run that returned at once because its mode is empty: the
-    /// usual cause of a keep-alive thread that exits at once (seed 000's `[runLoop run]` without a
+    /// usual cause of a keep-alive thread that exits at once (`[runLoop run]` without a
     /// port), which CoreFoundation returns from silently.
     func noteEmptyModeRun(_ mode: Mode) {
         guard Diagnostics.debugEnabled else { return }
