@@ -80,7 +80,7 @@ extension RunLoop {
     }
 
     /// Runs in ``Mode/default`` until `deadline` (NSRunLoop's `runUntilDate:`): repeats
-    /// ``run(mode:before:)``, so ``stop()`` ends only the current pass, not the whole call; it returns
+    /// ``run(mode:before:)-(_,ContinuousClock.Instant)``, so ``stop()`` ends only the current pass, not the whole call; it returns
     /// early only when the mode has nothing to do. A deadline in the past makes one pass.
     ///
     /// ```swift
