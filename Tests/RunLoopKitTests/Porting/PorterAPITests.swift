@@ -221,6 +221,8 @@ private func limitShape(secondsFromNow: Double?, isDistantFuture: Bool) -> Strin
         // The loop runs now: a block queued after the cancelled one completes, so the cancelled one
         // had its turn (blocks run in order) and did not run.
         #expect(try loop.perform(waitingAtMost: .seconds(20)) {} == .completed)
+        // A limit beyond any clock is no limit.
+        #expect(try loop.perform(waitingAtMost: .seconds(Int64.max)) {} == .completed)
         let cancelledBlockRan = ran.load(ordering: .relaxed)
         #expect(!cancelledBlockRan, "a cancelled block ran")
         // A block slower than the limit: still running when the call returns, and finishes.
