@@ -909,6 +909,8 @@ extension RunLoop {
         acceptsWakeUps.store(true, ordering: .relaxed)
         dropIgnoredWakeUp()
         confined.generation &+= 1
+        // Not published yet: the pass's first phase publishes it with the new generation.
+        confined.phase = .notRunning
         context.pass.flags = instrumentation.flags.load(ordering: .relaxed)
         if context.pass.flags & LoopInstrumentation.reportIterations != 0 {
             context.pass.times = PhaseTimes()
@@ -927,8 +929,12 @@ extension RunLoop {
     /// phase that ends.
     @inline(__always)
     private func enterPhase(_ phase: Phase, _ context: inout RunContext) {
-        if context.pass.flags != 0 { stampPhase(phase, &context) }
-        context.pass.phase = phase
+        if _slowPath(context.pass.flags != 0) {
+            stampPhase(phase, &context)
+            context.pass.phase = phase
+        } else if confined.phase == phase {
+            return  // published already (observers for beforeTimers, then for beforeSources)
+        }
         publishPhase(phase)
     }
 
