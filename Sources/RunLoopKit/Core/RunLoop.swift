@@ -598,6 +598,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Arms the timerfd for `deadline`. Called with the loop's lock held, which orders the arming
     /// done by the loop's thread and by other threads.
     func arm(_ state: inout LoopState, _ deadline: Int64) {
+        // The timerfd is shared with the parent after a fork: arming it from the child would move
+        // the parent's wakeup.
+        preconditionNotForked("a timer change (add, fireDate, invalidate)")
         guard let backend else {
             // Sleeping on the futex, without a timerfd: woken to compute its sleep again.
             state.wakeAfterChange = true
