@@ -83,8 +83,9 @@ extension RunLoop {
     /// each phase change (see BENCHMARKS.md for the cost); with none, it reads no clock and stores
     /// nothing but the phase word. Any thread.
     ///
-    /// The reporter runs with no lock held and may do anything a callback may do; it should be
-    /// quick, as it runs on every pass.
+    /// The reporter runs with no lock held and may do anything a callback may do (cancel its own
+    /// token, run the loop); it should be quick, as it runs on every pass. Passes of a run nested
+    /// in a reporter are not reported (a reporter is never re-entered, as an observer is not).
     public func addIterationReporter(_ reporter: @escaping @Sendable (IterationReport) -> Void) -> InstrumentationToken {
         let id = instrumentation.add(reporter)
         let instrumentation = self.instrumentation

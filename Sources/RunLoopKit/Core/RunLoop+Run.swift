@@ -51,7 +51,7 @@ extension RunLoop {
         let timeoutNs = timeout.saturatedNanoseconds
         let deadline = timeoutNs <= 0 ? start : start.addingSaturated(timeoutNs)
         // Found, never made (as CFRunLoopRunInMode): perform makes the modes of its blocks.
-        guard let modeIndex = state.locked({ $0.modeIndex[mode] }), !isEmpty(modeIndex, mode) else {
+        guard let modeIndex = indexIfHasWork(mode) else {
             noteEmptyModeRun(mode)
             return .finished
         }
@@ -134,9 +134,7 @@ extension RunLoop {
     public func limitDate(forMode mode: Mode) -> ContinuousClock.Instant? {
         preconditionOnOwnThread("limitDate(forMode:)")
         run(mode: mode, for: .seconds(-10), returnAfterSourceHandled: true)
-        guard mode != .common, let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else {
-            return nil
-        }
+        guard mode != .common, indexIfHasWork(mode) != nil else { return nil }
         return nextTimerFireDate(forMode: mode) ?? Self.distantFuture
     }
 
@@ -158,7 +156,7 @@ extension RunLoop {
             warnCommonRunOnce()
             return false
         }
-        guard let index = state.locked({ $0.modeIndex[mode] }), !isEmpty(index, mode) else {
+        guard indexIfHasWork(mode) != nil else {
             noteEmptyModeRun(mode)
             return false
         }
@@ -272,11 +270,16 @@ extension RunLoop {
         inbox.takeAll(appendingTo: &confined.blocks, spare: &confined.spareInboxBuffer)
     }
 
-    /// Whether a run in `mode` (at `index`) has nothing to do: no sources, no timers, no pending
-    /// blocks for it. Observers do not count. Loop thread only.
-    private func isEmpty(_ index: Int, _ mode: Mode) -> Bool {
-        let (noItems, modeIsCommon) = state.locked { ($0.hasNoItems(index), $0.isCommon(mode)) }
-        return noItems && !hasBlocks(for: mode, modeIsCommon: modeIsCommon)
+    /// The index of `mode` if a run in it has something to do (sources, timers or pending blocks
+    /// for it; observers do not count); nil for an empty mode or one never made (modes are found,
+    /// never made, by a run, as `CFRunLoopRunInMode` does). Loop thread only.
+    private func indexIfHasWork(_ mode: Mode) -> Int? {
+        let (index, noItems, modeIsCommon) = state.locked { state -> (Int?, Bool, Bool) in
+            guard let index = state.modeIndex[mode] else { return (nil, true, false) }
+            return (index, state.hasNoItems(index), state.isCommon(mode))
+        }
+        guard let index else { return nil }
+        return noItems && !hasBlocks(for: mode, modeIsCommon: modeIsCommon) ? nil : index
     }
 
     private func hasBlocks(for mode: Mode, modeIsCommon: Bool) -> Bool {
@@ -981,6 +984,11 @@ extension RunLoop {
             confined.reportersVersion = instrumentation.reportersVersion.load(ordering: .acquiring)
             confined.reporters = instrumentation.currentReporters
         }
+        // A reporter that runs the loop (a nested run) is not re-entered by the nested passes'
+        // reports, as an observer is not: those are not delivered.
+        guard !confined.reporting else { return }
+        confined.reporting = true
+        defer { confined.reporting = false }
         // An index loop over the loop's own copy: no lock, no iterator (nothing to allocate).
         let reporters = confined.reporters
         var index = 0
@@ -1169,6 +1177,8 @@ final class LoopThreadState: @unchecked Sendable {
     /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
     @exclusivity(unchecked) var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
     @exclusivity(unchecked) var reportersVersion: UInt64 = 0
+    /// Iteration reporters are being called (see `reportPass`).
+    @exclusivity(unchecked) var reporting = false
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
 }

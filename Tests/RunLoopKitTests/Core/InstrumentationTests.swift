@@ -84,6 +84,42 @@ import Testing
         #expect(generations == generations.sorted() && Set(generations).count == generations.count)
     }
 
+    /// Hostile reporters: one that runs the loop from inside its report is not re-entered by the
+    /// nested run's passes (no recursion), and one that cancels its own token hears nothing after.
+    @Test func aReporterThatRunsTheLoopOrCancelsItselfIsSafe() async throws {
+        let outcome = try #require(
+            await TestThreads.run(name: "seam-hostile") { () -> (Int, Int, Int) in
+                let loop = RunLoop.current
+                let keepAlive = RunLoopTimer(after: .seconds(3600)) { _ in }
+                loop.add(keepAlive, forMode: .default)
+                let nestedCalls = Atomic<Int>(0)
+                let depth = Atomic<Int>(0)
+                let maxDepth = Atomic<Int>(0)
+                let nester = loop.addIterationReporter { _ in
+                    let now = depth.add(1, ordering: .relaxed).newValue
+                    if now > maxDepth.load(ordering: .relaxed) { maxDepth.store(now, ordering: .relaxed) }
+                    if nestedCalls.add(1, ordering: .relaxed).newValue <= 3 {
+                        RunLoop.current.run(mode: .default, for: .zero)
+                    }
+                    depth.subtract(1, ordering: .relaxed)
+                }
+                let selfCancelled = Atomic<Int>(0)
+                let box = Mutex<RunLoop.InstrumentationToken?>(nil)
+                let quitter = loop.addIterationReporter { _ in
+                    selfCancelled.add(1, ordering: .relaxed)
+                    box.withLock { $0 }?.cancel()
+                }
+                box.withLock { $0 = quitter }
+                for _ in 0..<5 { loop.run(mode: .default, for: .zero) }
+                nester.cancel()
+                keepAlive.invalidate()
+                return (maxDepth.load(ordering: .relaxed), selfCancelled.load(ordering: .relaxed), nestedCalls.load(ordering: .relaxed))
+            })
+        #expect(outcome.0 == 1, "a reporter was re-entered (depth \(outcome.0))")
+        #expect(outcome.1 == 1, "a reporter that cancelled itself was called \(outcome.1) times")
+        #expect(outcome.2 == 5, "one report per outer pass: \(outcome.2)")
+    }
+
     /// With a reporter installed, a steady-state pass still allocates nothing (the report is a
     /// value with no dictionary; the reporters' list is shared, not copied).
     @Test(.enabled(if: alloc_counter_available())) func reportingPassesAllocateNothing() {
