@@ -13,6 +13,10 @@ import Synchronization
 
 extension RunLoop {
     /// The part of a pass the loop is in: what a stall monitor reports a stuck loop was doing.
+    ///
+    /// A phase is entered when it has work (an observer to call, a block, a signalled source, a due
+    /// timer, a ready descriptor or port, a sleep ahead); between two such phases the last one
+    /// stays published. A pass that only polls does not enter ``waiting``.
     public enum Phase: UInt8, Sendable, Hashable, CaseIterable, CustomStringConvertible {
         /// No run is in progress.
         case notRunning = 0

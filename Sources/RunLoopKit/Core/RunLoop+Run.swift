@@ -230,10 +230,10 @@ extension RunLoop {
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
     /// the next pass; blocks for other modes stay queued, in order.
     private func doBlocks(_ context: inout RunContext) {
-        enterPhase(.blocks, &context)
         let hasOlder = !confined.blocks.isEmpty
         let batch = inbox.exchange(&context.scratch.spareBatch)
         guard hasOlder || batch != nil else { return }
+        enterPhase(.blocks, &context)
         refreshItems(&context)
         let modeIsCommon = context.items.modeIsCommon
         if hasOlder {
@@ -292,7 +292,6 @@ extension RunLoop {
     /// order, equal orders by signal time: a source signalled by a callback of this pass waits for
     /// the next pass. With `returnAfterSourceHandled`, stops after the first.
     private func doSources0(_ context: inout RunContext) -> Bool {
-        enterPhase(.sources0, &context)
         refreshItems(&context)
         let sources = context.items.sources
         var index = 0
@@ -304,6 +303,7 @@ extension RunLoop {
             if stamp != 0 { context.scratch.signalled.append((Unmanaged.passUnretained(source), stamp)) }
         }
         guard !context.scratch.signalled.isEmpty else { return false }
+        enterPhase(.sources0, &context)
         sortBySignalTime(&context.scratch.signalled)
         var handled = false
         index = 0
@@ -576,7 +576,6 @@ extension RunLoop {
     /// `returnAfterSourceHandled`, handles one callout (CoreFoundation handles the one port that
     /// woke it). Returns whether a callout ran.
     private func doSources1(_ context: inout RunContext) -> Bool {
-        enterPhase(.sources1, &context)
         var attention =
             source1Attention.load(ordering: .relaxed) && source1Attention.exchange(false, ordering: .acquiring)
         if attention { context.tookAttention = true }
@@ -585,6 +584,7 @@ extension RunLoop {
             attention = true
         }
         guard !context.scratch.kernelEvents.isEmpty || attention else { return false }
+        enterPhase(.sources1, &context)
         refreshItems(&context)
         if !context.scratch.kernelEvents.isEmpty {
             let unknownTag = state.locked { state -> Bool in
@@ -656,7 +656,6 @@ extension RunLoop {
     /// a poll only asks the kernel which descriptors are ready. What woke the loop is left for the
     /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
     private func wait(_ context: inout RunContext, poll: Bool) {
-        enterPhase(.waiting, &context)
         prepareToWait(&context)
         guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
         if poll || sources1Pending(context) {
@@ -664,6 +663,7 @@ extension RunLoop {
             askKernel(&context, backend)
             return
         }
+        enterPhase(.waiting, &context)
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
         if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
@@ -747,6 +747,7 @@ extension RunLoop {
             _ = consumeWakeUp()
             return
         }
+        enterPhase(.waiting, &context)
         sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
         sleeping.store(true, ordering: .sequentiallyConsistent)
         defer { sleeping.store(false, ordering: .sequentiallyConsistent) }
