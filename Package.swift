@@ -5,6 +5,7 @@ let package = Package(
     name: "RunLoopKit",
     products: [
         .library(name: "RunLoopKit", targets: ["RunLoopKit"]),
+        .library(name: "RunLoopMonitor", targets: ["RunLoopMonitor"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
     ],
     dependencies: [
@@ -12,6 +13,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         // `swift package generate-documentation --target RunLoopKit`; no code of it is linked.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -28,15 +30,37 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The stall monitor's signal handler and what Swift cannot import (tgkill, backtrace(),
+        // per-thread CPU clocks); async-signal-safe code only in the handler.
+        .target(name: "CRunLoopMonitor"),
+        // Stall (lag) monitor, stack capture of any thread, CPU monitor, stall reports.
+        .target(
+            name: "RunLoopMonitor",
+            dependencies: [
+                "RunLoopKit",
+                "CRunLoopMonitor",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         // The seeds' experiments, and demo-only code (the TCP echo server and its client).
         .executableTarget(
             name: "runloop-lab",
             dependencies: [
                 "RunLoopKit",
+                "RunLoopMonitor",
                 "CRunLoopKit",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
+        ),
+        // Test-only: stalls in a process of their own (a stall killed mid-way for the report store;
+        // the monitor in a release build, where frame pointers are omitted; misuse that must stop
+        // the process). Tests/RunLoopMonitorTests launch it.
+        .executableTarget(
+            name: "MonitorProbe",
+            dependencies: ["RunLoopKit", "RunLoopMonitor"],
+            path: "Tests/MonitorProbe"
         ),
         // Test-only: runs a main-queue scenario on a process's main thread, which tests never have
         // (see Tests/MainQueueProbe/main.swift); Integration/MainQueueTests launch it.
@@ -70,6 +94,18 @@ let package = Package(
                 // The echo server's tests (Tests/RunLoopKitTests/Network) test the lab's server.
                 "runloop-lab",
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "RunLoopMonitorTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopMonitor",
+                "CRunLoopMonitor",
+                "CAllocationCounter",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
         ),
     ],

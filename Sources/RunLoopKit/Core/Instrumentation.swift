@@ -56,18 +56,45 @@ extension RunLoop {
         public let generation: UInt64
         /// When the phase began, while a ``watchPhases()`` token is held; nil otherwise.
         public let since: ContinuousClock.Instant?
+        /// When the loop last started working, while a ``watchPhases()`` token is held; nil
+        /// otherwise: the first phase with work of the pass, the first after the pass's sleep, or
+        /// the end of a nested run (the enclosing pass goes on from there). A stall monitor
+        /// measures a stall from it: how long the loop has been busy without sleeping.
+        public let busySince: ContinuousClock.Instant?
     }
 
-    /// The loop's phase and iteration generation now, and the phase's start time while phases are
-    /// watched. Any thread; two relaxed atomic loads, no lock.
+    /// The loop's phase and iteration generation now, and the phase's and the work's start times
+    /// while phases are watched. Any thread; relaxed atomic loads, no lock. The times are read
+    /// between two reads of the phase word and retried (a few times) until both agree, so they
+    /// belong to the phase reported unless the loop changes phase faster than the reader reads.
     public var phaseSnapshot: PhaseSnapshot {
-        let word = instrumentation.phaseWord.load(ordering: .relaxed)
-        let since = instrumentation.phaseStartNs.load(ordering: .relaxed)
+        var word = instrumentation.phaseWord.load(ordering: .relaxed)
+        var since: Int64 = 0
+        var busy: Int64 = 0
+        for _ in 0..<4 {
+            since = instrumentation.phaseStartNs.load(ordering: .acquiring)
+            busy = instrumentation.busyStartNs.load(ordering: .acquiring)
+            let again = instrumentation.phaseWord.load(ordering: .acquiring)
+            if again == word { break }
+            word = again
+        }
+        let watched = instrumentation.watchers.load(ordering: .relaxed) > 0
         return PhaseSnapshot(
             phase: Phase(rawValue: UInt8(truncatingIfNeeded: word)) ?? .notRunning,
             generation: word >> 8,
-            since: instrumentation.watchers.load(ordering: .relaxed) > 0 && since > 0 ? LoopClock.instant(since) : nil)
+            since: watched && since > 0 ? LoopClock.instant(since) : nil,
+            busySince: watched && busy > 0 ? LoopClock.instant(busy) : nil)
     }
+
+    /// The kernel id of the loop's thread (what `gettid()` returns on it): what a stack capture
+    /// or a per-thread CPU clock is given.
+    public var threadID: Int32 { ownerTID }
+
+    /// The name the loop's thread had when the loop was made (or `tid N` when it had none).
+    public var threadName: String { ownerName }
+
+    /// Whether the loop's thread has exited (the loop is torn down and runs no more). Any thread.
+    public var hasThreadExited: Bool { blocksClosed.load(ordering: .acquiring) }
 
     /// Stamps each phase's start time (``PhaseSnapshot/since``) until the token is cancelled: what
     /// a stall monitor holds while it watches the loop. Costs one clock read per phase change.
@@ -215,6 +242,9 @@ final class LoopInstrumentation: Sendable {
     let phaseWord = Atomic<UInt64>(0)
     /// When the current phase began (loop nanoseconds), while stamped; 0 otherwise.
     let phaseStartNs = Atomic<Int64>(0)
+    /// When the loop last started working (see ``RunLoop/PhaseSnapshot/busySince``), while
+    /// stamped; 0 otherwise.
+    let busyStartNs = Atomic<Int64>(0)
     /// Phase watches held.
     let watchers = Atomic<Int>(0)
     /// What a pass must do beyond publishing its phase: read once per pass by the loop.
@@ -257,7 +287,10 @@ final class LoopInstrumentation: Sendable {
             if watchers.load(ordering: .relaxed) > 0 { flags |= Self.stampPhases }
             if !reporters.list.isEmpty { flags |= Self.reportIterations | Self.stampPhases }
             self.flags.store(flags, ordering: .relaxed)
-            if flags == 0 { phaseStartNs.store(0, ordering: .relaxed) }
+            if flags == 0 {
+                phaseStartNs.store(0, ordering: .relaxed)
+                busyStartNs.store(0, ordering: .relaxed)
+            }
             reportersVersion.add(1, ordering: .releasing)
         }
     }
@@ -272,6 +305,8 @@ struct PassInstrumentation {
     /// When the current phase began; valid while ``flags`` stamps phases.
     var phaseStartNs: Int64 = 0
     var times = RunLoop.PhaseTimes()
+    /// Whether ``LoopInstrumentation/busyStartNs`` was stamped since the pass began or last slept.
+    var busyStamped = false
     /// What ended the pass's wait (set only while reporting).
     var wakeReason: RunLoop.WakeReason = .none
 }

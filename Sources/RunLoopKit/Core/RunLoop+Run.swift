@@ -188,6 +188,11 @@ extension RunLoop {
             // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
             // (this pass handles what the wait found; the next looks at everything anyway).
             acceptsWakeUps.store(false, ordering: .relaxed)
+            // A phase watch that began while the loop slept stamps the rest of this pass (a
+            // monitor needs the wake's time; one sleep may have lasted since before it watched).
+            if _slowPath(context.pass.flags == 0) {
+                context.pass.flags = instrumentation.flags.load(ordering: .relaxed) & LoopInstrumentation.stampPhases
+            }
             if context.pass.flags & LoopInstrumentation.reportIterations != 0 { noteWakeReason(poll, &context) }
             if !poll { doObservers(.afterWaiting, &context) }
 
@@ -856,11 +861,14 @@ extension RunLoop {
             if !confined.blocks.isEmpty { confined.blocksTakenByNestedRun = true }
         }
         acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
-        // The enclosing run's phase again (with the latest generation: the loop moved on).
-        publishPhase(context.outerPhase)
+        // The enclosing run's phase again (with the latest generation: the loop moved on), its
+        // times first so that a reader of the new phase word finds them.
         if instrumentation.flags.load(ordering: .relaxed) != 0 {
             instrumentation.phaseStartNs.store(context.outerPhaseStartNs, ordering: .relaxed)
+            // The enclosing pass is busy again from here (it was not while the nested run slept).
+            instrumentation.busyStartNs.store(LoopClock.now(), ordering: .releasing)
         }
+        publishPhase(context.outerPhase)
         innermostRun.store(context.outerID, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
         state.locked { _ = $0.runningModes.popLast() }
@@ -915,6 +923,7 @@ extension RunLoop {
         confined.generation &+= 1
         // Not published yet: the pass's first phase publishes it with the new generation.
         confined.phase = .notRunning
+        context.pass.busyStamped = false
         context.pass.flags = instrumentation.flags.load(ordering: .relaxed)
         if context.pass.flags & LoopInstrumentation.reportIterations != 0 {
             context.pass.times = PhaseTimes()
@@ -954,7 +963,13 @@ extension RunLoop {
             context.pass.times.add(now - context.pass.phaseStartNs, to: context.pass.phase)
         }
         context.pass.phaseStartNs = now
-        instrumentation.phaseStartNs.store(now, ordering: .relaxed)
+        instrumentation.phaseStartNs.store(now, ordering: .releasing)
+        if phase == .waiting {
+            context.pass.busyStamped = false
+        } else if !context.pass.busyStamped {
+            context.pass.busyStamped = true
+            instrumentation.busyStartNs.store(now, ordering: .releasing)
+        }
     }
 
     /// What ended the pass's wait, read from what the wait left behind.

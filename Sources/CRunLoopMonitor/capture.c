@@ -1,0 +1,349 @@
+// Capturing another thread's stack: a signal handler on the target thread writes its return
+// addresses into a preallocated buffer while the capturing thread waits on a futex.
+//
+// The handler is async-signal-safe: it saves errno, allocates nothing, takes no lock, and calls
+// only backtrace() (glibc 2.36 + libgcc 12 unwind through the lock-free _dl_find_object; the
+// first call, which loads libgcc_s, is made at install), clock_gettime and syscall(futex).
+// Protocol (one capture at a time, serialized by the Swift caller):
+//   capturer: target = tid; armed = seq (release); tgkill; futex-wait on done == seq.
+//   handler:  if armed is seq and target is me, claim it (CAS seq -> seq|CLAIMED), unwind, then
+//             done = seq (release) and wake.
+//   timeout:  the capturer cancels with CAS seq -> 0; if the handler claimed first, it waits for
+//             it to finish (it cannot block: it only unwinds). A late signal finds nothing armed.
+#define _GNU_SOURCE
+#include "CRunLoopMonitor.h"
+#include <errno.h>
+#include <execinfo.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define CLAIMED ((uint64_t)1 << 63)
+#define MAX_THREADS 512
+
+static int g_signal;
+static _Atomic uint64_t g_armed;
+static _Atomic uint32_t g_done;
+static _Atomic pid_t g_target;
+static _Atomic int g_capacity;
+static _Atomic bool g_calibrating;
+static uint64_t g_seq;
+static uint64_t g_frames[CRLM_MAX_FRAMES];
+static uint64_t g_fp_frames[CRLM_MAX_FRAMES];
+static int g_count, g_fp_count, g_method;
+static _Atomic int64_t g_sent_ns, g_handled_ns;
+static int64_t g_last_latency_ns;
+
+static _Atomic bool g_fp_usable;
+static uintptr_t g_exe_text_lo, g_exe_text_hi;
+
+static struct { _Atomic pid_t tid; _Atomic uintptr_t lo, hi; } g_threads[MAX_THREADS];
+
+static int64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void futex_wake(_Atomic uint32_t *word) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t ns) {
+    if (ns <= 0) return;
+    struct timespec ts = {.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+}
+
+static void context_registers(void *context, uintptr_t *pc, uintptr_t *fp, uintptr_t *sp) {
+    ucontext_t *uc = (ucontext_t *)context;
+#if defined(__x86_64__)
+    *pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    *fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+    *sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    *pc = (uintptr_t)uc->uc_mcontext.pc;
+    *fp = (uintptr_t)uc->uc_mcontext.regs[29];
+    *sp = (uintptr_t)uc->uc_mcontext.sp;
+#else
+    *pc = 0; *fp = 0; *sp = 0;
+#endif
+}
+
+/// The calling thread's registered stack top, or 0.
+static uintptr_t registered_stack_top(pid_t tid) {
+    for (int i = 0; i < MAX_THREADS; i++) {
+        if (atomic_load_explicit(&g_threads[i].tid, memory_order_acquire) == tid) {
+            return atomic_load_explicit(&g_threads[i].hi, memory_order_relaxed);
+        }
+    }
+    return 0;
+}
+
+/// Walks the frame-pointer chain, reading only [sp, top): every record must lie above the last.
+static int walk_frame_pointers(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t top, uint64_t *out, int capacity) {
+    int n = 0;
+    out[n++] = pc;
+    while (n < capacity) {
+        if (fp < sp || fp > top - 2 * sizeof(uintptr_t) || (fp & (sizeof(uintptr_t) - 1)) != 0) break;
+        uintptr_t next = ((uintptr_t *)fp)[0];
+        uintptr_t ret = ((uintptr_t *)fp)[1];
+        if (ret == 0) break;
+        out[n++] = ret;
+        if (next <= fp) break;
+        fp = next;
+    }
+    return n;
+}
+
+/// glibc backtrace() from inside the handler: drops the handler's own frames, so that the first
+/// frame is the interrupted instruction.
+static int unwind_tables(uintptr_t pc, uint64_t *out, int capacity) {
+    void *buffer[CRLM_MAX_FRAMES + 8];
+    int total = backtrace(buffer, capacity + 8 < CRLM_MAX_FRAMES + 8 ? capacity + 8 : CRLM_MAX_FRAMES + 8);
+    int start = -1;
+    for (int i = 0; i < total && i < 8; i++) {
+        if ((uintptr_t)buffer[i] == pc) { start = i; break; }
+    }
+    int n = 0;
+    if (start < 0) {
+        // The unwinder did not step through the signal frame onto pc: keep pc, then what it
+        // found past the handler and the sigreturn trampoline.
+        out[n++] = pc;
+        start = total > 2 ? 2 : total;
+    }
+    for (int i = start; i < total && n < capacity; i++) out[n++] = (uint64_t)(uintptr_t)buffer[i];
+    return n;
+}
+
+static void handler(int sig, siginfo_t *info, void *context) {
+    (void)sig; (void)info;
+    int saved_errno = errno;
+    uint64_t armed = atomic_load_explicit(&g_armed, memory_order_acquire);
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    if (armed != 0 && (armed & CLAIMED) == 0 && atomic_load_explicit(&g_target, memory_order_relaxed) == self &&
+        atomic_compare_exchange_strong_explicit(&g_armed, &armed, armed | CLAIMED, memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+        uintptr_t pc, fp, sp;
+        context_registers(context, &pc, &fp, &sp);
+        int capacity = atomic_load_explicit(&g_capacity, memory_order_relaxed);
+        uintptr_t top = registered_stack_top(self);
+        if (atomic_load_explicit(&g_calibrating, memory_order_relaxed)) {
+            g_count = unwind_tables(pc, g_frames, capacity);
+            g_fp_count = top != 0 ? walk_frame_pointers(pc, fp, sp, top, g_fp_frames, capacity) : 0;
+            g_method = CRLM_UNWIND_BACKTRACE;
+        } else {
+            int n = 0;
+            if (top != 0 && atomic_load_explicit(&g_fp_usable, memory_order_relaxed) && pc >= g_exe_text_lo &&
+                pc < g_exe_text_hi) {
+                n = walk_frame_pointers(pc, fp, sp, top, g_frames, capacity);
+                g_method = CRLM_UNWIND_FRAME_POINTERS;
+            }
+            if (n < 3) {  // a chain that ends at once: frame pointers not kept after all
+                n = unwind_tables(pc, g_frames, capacity);
+                g_method = CRLM_UNWIND_BACKTRACE;
+            }
+            g_count = n;
+        }
+        atomic_store_explicit(&g_handled_ns, monotonic_ns(), memory_order_relaxed);
+        atomic_store_explicit(&g_done, (uint32_t)armed, memory_order_release);
+        futex_wake(&g_done);
+    }
+    errno = saved_errno;
+}
+
+static int find_executable_text(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size; (void)data;
+    // The first object is the main program.
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+            if (start < lo) lo = start;
+            if (start + ph->p_memsz > hi) hi = start + ph->p_memsz;
+        }
+    }
+    if (hi > lo) { g_exe_text_lo = lo; g_exe_text_hi = hi; }
+    return 1;
+}
+
+int crlm_install(int signal_number) {
+    if (g_signal != 0) return g_signal == signal_number ? 0 : EBUSY;
+    struct sigaction old;
+    if (sigaction(signal_number, NULL, &old) != 0) return errno;
+    if ((old.sa_flags & SA_SIGINFO) ? old.sa_sigaction != NULL : (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
+        return EBUSY;
+    }
+    void *warm[4];
+    backtrace(warm, 4);  // loads libgcc_s now, not in the handler
+    dl_iterate_phdr(find_executable_text, NULL);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(signal_number, &action, NULL) != 0) return errno;
+    g_signal = signal_number;
+    return 0;
+}
+
+int crlm_signal_number(void) { return g_signal; }
+
+void crlm_set_frame_pointers_usable(bool usable) { atomic_store(&g_fp_usable, usable); }
+
+bool crlm_frame_pointers_usable(void) { return atomic_load(&g_fp_usable); }
+
+bool crlm_register_current_thread(void) {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return false;
+    void *address = NULL;
+    size_t size = 0;
+    int r = pthread_attr_getstack(&attr, &address, &size);
+    pthread_attr_destroy(&attr);
+    if (r != 0 || address == NULL) return false;
+    pid_t self = gettid();
+    if (registered_stack_top(self) != 0) return true;
+    for (int i = 0; i < MAX_THREADS; i++) {
+        pid_t expected = 0;
+        // Claimed with a placeholder first so that the bounds are in place before the tid.
+        if (atomic_compare_exchange_strong(&g_threads[i].tid, &expected, -1)) {
+            atomic_store(&g_threads[i].lo, (uintptr_t)address);
+            atomic_store(&g_threads[i].hi, (uintptr_t)address + size);
+            atomic_store_explicit(&g_threads[i].tid, self, memory_order_release);
+            return true;
+        }
+    }
+    return false;
+}
+
+void crlm_unregister_current_thread(void) {
+    pid_t self = gettid();
+    for (int i = 0; i < MAX_THREADS; i++) {
+        if (atomic_load(&g_threads[i].tid) == self) atomic_store(&g_threads[i].tid, 0);
+    }
+}
+
+int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *frames, int capacity,
+                 int *count, int *method, int *error) {
+    *count = 0;
+    *error = 0;
+    if (g_signal == 0) return CRLM_NOT_INSTALLED;
+    if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
+    uint64_t seq = ++g_seq;
+    atomic_store_explicit(&g_target, tid, memory_order_relaxed);
+    atomic_store_explicit(&g_capacity, capacity, memory_order_relaxed);
+    atomic_store_explicit(&g_armed, seq, memory_order_release);
+    int64_t start = monotonic_ns();
+    int64_t next_send = start;
+    pid_t pid = getpid();
+    for (;;) {
+        uint32_t done = atomic_load_explicit(&g_done, memory_order_acquire);
+        if (done == (uint32_t)seq) break;
+        int64_t now = monotonic_ns();
+        if (now - start >= timeout_ns) {
+            uint64_t expected = seq;
+            if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) return CRLM_NO_ANSWER;
+            // The handler claimed it: it is unwinding and finishes without blocking.
+            futex_wait(&g_done, done, 1000000);
+            continue;
+        }
+        if (now >= next_send) {
+            if (now == start) atomic_store_explicit(&g_sent_ns, now, memory_order_relaxed);
+            if (syscall(SYS_tgkill, pid, tid, g_signal) != 0) {
+                int e = errno;
+                uint64_t expected = seq;
+                if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) {
+                    *error = e;
+                    return e == ESRCH ? CRLM_NO_SUCH_THREAD : CRLM_SEND_FAILED;
+                }
+                continue;  // claimed meanwhile by an earlier signal's handler: wait for it
+            }
+            next_send = now + resend_ns;
+        }
+        int64_t wait = next_send - now;
+        if (start + timeout_ns - now < wait) wait = start + timeout_ns - now;
+        futex_wait(&g_done, done, wait);
+    }
+    int n = g_count < capacity ? g_count : capacity;
+    memcpy(frames, g_frames, (size_t)n * sizeof(uint64_t));
+    *count = n;
+    *method = g_method;
+    g_last_latency_ns = atomic_load(&g_handled_ns) - atomic_load(&g_sent_ns);
+    atomic_store_explicit(&g_armed, 0, memory_order_release);
+    return CRLM_CAPTURED;
+}
+
+bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, int capacity) {
+    *bt_count = 0;
+    *fp_count = 0;
+    if (g_signal == 0) return false;
+    pid_t self = gettid();
+    if (registered_stack_top(self) == 0) return false;
+    atomic_store(&g_calibrating, true);
+    uint64_t frames[CRLM_MAX_FRAMES];
+    int count = 0, method = 0, error = 0;
+    int r = crlm_capture(self, 200000000LL, 50000000LL, frames, capacity, &count, &method, &error);
+    atomic_store(&g_calibrating, false);
+    if (r != CRLM_CAPTURED) return false;
+    if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
+    memcpy(bt, frames, (size_t)count * sizeof(uint64_t));
+    *bt_count = count;
+    int n = g_fp_count < capacity ? g_fp_count : capacity;
+    memcpy(fp, g_fp_frames, (size_t)n * sizeof(uint64_t));
+    *fp_count = n;
+    return true;
+}
+
+int64_t crlm_thread_cpu_ns(pid_t tid) {
+    clockid_t clock = (clockid_t)(((unsigned)~tid << 3) | 6);  // CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+pid_t crlm_gettid(void) { return gettid(); }
+
+int64_t crlm_last_capture_latency_ns(void) { return g_last_latency_ns; }
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+bool crlm_dladdr(uint64_t address, char *image, size_t image_size, uint64_t *image_base, char *symbol,
+                 size_t symbol_size, uint64_t *symbol_address) {
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    if (dladdr((void *)(uintptr_t)address, &info) == 0) return false;
+    snprintf(image, image_size, "%s", info.dli_fname ? info.dli_fname : "");
+    *image_base = (uint64_t)(uintptr_t)info.dli_fbase;
+    snprintf(symbol, symbol_size, "%s", info.dli_sname ? info.dli_sname : "");
+    *symbol_address = (uint64_t)(uintptr_t)info.dli_saddr;
+    return true;
+}
+
+// Exported by libswiftCore, which every Swift program links.
+extern char *swift_demangle(const char *mangled, size_t length, char *out, size_t *out_size, uint32_t flags);
+
+bool crlm_demangle(const char *name, char *out, size_t out_size) {
+    char *demangled = swift_demangle(name, strlen(name), NULL, NULL, 0);
+    if (demangled == NULL) return false;
+    snprintf(out, out_size, "%s", demangled);
+    free(demangled);
+    return true;
+}
+
+int crlm_default_signal(void) { return SIGRTMIN + 7 <= SIGRTMAX ? SIGRTMIN + 7 : SIGRTMAX; }
+
+void crlm_set_thread_name(const char *name) {
+    char truncated[16];
+    snprintf(truncated, sizeof truncated, "%s", name);
+    pthread_setname_np(pthread_self(), truncated);
+}

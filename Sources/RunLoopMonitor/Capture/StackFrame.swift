@@ -1,0 +1,101 @@
+/// One frame of a captured stack.
+///
+/// ``address``, ``image`` and ``imageOffset`` are always filled in, so a report from a stripped
+/// binary can be symbolicated later, offline, with the same binary's debug information:
+///
+/// ```
+/// llvm-symbolizer --obj=.build/release/MyApp 0x1a2b3 | swift demangle --simplified
+/// ```
+///
+/// (pass ``imageOffset``, in hex, for a frame whose ``image`` is that binary).
+public struct StackFrame: Sendable, Codable, Hashable {
+    /// The instruction's address in this process (the interrupted instruction for the first frame,
+    /// a return address for the others).
+    public var address: UInt64
+    /// The path of the executable or shared library that holds the address (empty when none
+    /// does, e.g. the vDSO or generated code).
+    public var image: String
+    /// ``address`` relative to the image's load address: what `llvm-symbolizer --obj=IMAGE`
+    /// takes.
+    public var imageOffset: UInt64
+    /// The function's name, demangled, when symbols exist.
+    public var symbol: String?
+    /// The source file, when debug information exists.
+    public var file: String?
+    /// The source line, when debug information exists.
+    public var line: Int?
+    /// True for a function inlined into the next frame (same address).
+    public var inlined: Bool
+
+    /// A frame with what is known of it.
+    public init(
+        address: UInt64, image: String, imageOffset: UInt64, symbol: String? = nil, file: String? = nil,
+        line: Int? = nil, inlined: Bool = false
+    ) {
+        self.address = address
+        self.image = image
+        self.imageOffset = imageOffset
+        self.symbol = symbol
+        self.file = file
+        self.line = line
+        self.inlined = inlined
+    }
+
+    /// `symbol (file:line)` when known, else `image+0xoffset`.
+    public var summary: String {
+        let name = symbol ?? "\(image.split(separator: "/").last.map(String.init) ?? "?")+0x\(String(imageOffset, radix: 16))"
+        guard let file else { return name }
+        let fileName = file.split(separator: "/").last.map(String.init) ?? file
+        return line.map { "\(name) (\(fileName):\($0))" } ?? "\(name) (\(fileName))"
+    }
+
+    private enum CodingKeys: String, CodingKey { case address, image, imageOffset, symbol, file, line, inlined }
+
+    /// Decodes a frame; `inlined` may be absent (false).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        address = try container.decode(UInt64.self, forKey: .address)
+        image = try container.decode(String.self, forKey: .image)
+        imageOffset = try container.decode(UInt64.self, forKey: .imageOffset)
+        symbol = try container.decodeIfPresent(String.self, forKey: .symbol)
+        file = try container.decodeIfPresent(String.self, forKey: .file)
+        line = try container.decodeIfPresent(Int.self, forKey: .line)
+        inlined = try container.decodeIfPresent(Bool.self, forKey: .inlined) ?? false
+    }
+}
+
+/// Distinct stacks of one thread sampled over a stretch of time, with how often each was seen.
+public struct StackSample: Sendable, Codable, Hashable {
+    /// How many samples showed this stack.
+    public var count: Int
+    /// The stack, innermost frame first.
+    public var frames: [StackFrame]
+
+    /// A stack seen `count` times.
+    public init(count: Int, frames: [StackFrame]) {
+        self.count = count
+        self.frames = frames
+    }
+}
+
+/// A stack as the signal handler wrote it: addresses only, before symbolication.
+public struct RawStack: Sendable, Hashable {
+    /// How the handler unwound the stack.
+    public enum Unwinder: String, Sendable, Codable {
+        /// glibc's `backtrace()`, from the unwind tables (works without frame pointers).
+        case unwindTables
+        /// The frame-pointer chain (a registered thread whose code keeps frame pointers).
+        case framePointers
+    }
+
+    /// The interrupted instruction, then return addresses, innermost first.
+    public var addresses: [UInt64]
+    /// How they were found.
+    public var unwinder: Unwinder
+
+    /// A stack of `addresses` found by `unwinder`.
+    public init(addresses: [UInt64], unwinder: Unwinder) {
+        self.addresses = addresses
+        self.unwinder = unwinder
+    }
+}

@@ -1,0 +1,212 @@
+import CRunLoopMonitor
+import Glibc
+import Synchronization
+
+/// Captures the stack of any thread of the process, as it is now.
+///
+/// A real-time signal (``signalNumber``, SIGRTMIN+7) is sent to the thread with `tgkill`; its
+/// handler, on that thread, writes the return addresses into a preallocated buffer and returns
+/// (the thread is never parked), while the capturing thread waits on a futex. The handler is
+/// async-signal-safe: it allocates nothing, takes no lock and restores `errno`. It unwinds with
+/// glibc's `backtrace()` (the DWARF unwind tables: works in `-O` builds, where Swift omits frame
+/// pointers), or walks the frame-pointer chain (under a microsecond) when the thread registered
+/// its stack bounds (``registerCurrentThread()``), the interrupted code is in the main executable,
+/// and a calibration at install showed that executable keeps frame pointers.
+///
+/// Symbolication (``symbolicate(_:)``) happens on the calling thread, never in the handler, and
+/// is cached per address: names come from the Swift runtime's symbolicator (full symbol tables and
+/// DWARF: demangled names, file and line), else from `dladdr`; the image path and the
+/// image-relative offset are always given for offline use (see ``StackFrame``).
+///
+/// What a signal does to the target: a system call it is blocked in that is restarted after a
+/// handler (`read` on a socket, `futex`, `accept`) goes on unnoticed; one that is not
+/// (`nanosleep`, `epoll_wait`, `poll`, `sem_wait`) returns `EINTR` once, as POSIX allows at any
+/// time; glibc's `sleep()` then returns early. A stall monitor signals a thread blocked in the
+/// same call only once per stall (see ``StallMonitor``).
+public enum ThreadStack {
+    /// How long ``capture(threadID:timeout:)`` waits for the handler by default.
+    public static let defaultTimeout: Duration = .milliseconds(250)
+
+    /// The signal the captures use (SIGRTMIN+7).
+    public static var signalNumber: Int32 { crlm_default_signal() }
+
+    /// Captures thread `threadID`'s stack and symbolicates it: innermost frame first, inlined
+    /// functions as frames of their own.
+    ///
+    /// - Throws: ``ThreadStackError`` when the thread does not exist, does not answer within the
+    ///   timeout (it blocks the signal, or is stopped), or the signal cannot be installed.
+    public static func capture(threadID: Int32, timeout: Duration = defaultTimeout) throws(ThreadStackError) -> [StackFrame] {
+        symbolicate(try captureAddresses(threadID: threadID, timeout: timeout))
+    }
+
+    /// Captures thread `threadID`'s stack as addresses, without symbolicating it (what a sampler
+    /// does while a stall lasts; ``symbolicate(_:)`` later). One capture at a time per process;
+    /// a capture waits for the one in progress.
+    ///
+    /// - Throws: ``ThreadStackError``.
+    public static func captureAddresses(threadID: Int32, timeout: Duration = defaultTimeout) throws(ThreadStackError) -> RawStack {
+        try engine.capture(threadID: threadID, timeout: timeout)
+    }
+
+    /// Names the addresses of `stack`: see ``StackFrame``. Cached per address; the first call
+    /// loads the images' symbol tables (milliseconds), later ones cost microseconds per new
+    /// address.
+    public static func symbolicate(_ stack: RawStack) -> [StackFrame] {
+        Symbolicator.shared.frames(for: stack.addresses)
+    }
+
+    /// Records the calling thread's stack bounds, so that its captures may walk frame pointers
+    /// (when the executable keeps them). A stall monitor registers the threads of the loops it
+    /// watches; any thread may. Call ``unregisterCurrentThread()`` before the thread exits.
+    public static func registerCurrentThread() {
+        _ = crlm_register_current_thread()
+    }
+
+    /// Forgets the calling thread's stack bounds.
+    public static func unregisterCurrentThread() {
+        crlm_unregister_current_thread()
+    }
+
+    /// Installs the signal handler now (it is installed on first capture otherwise) and runs the
+    /// frame-pointer calibration.
+    ///
+    /// - Throws: ``ThreadStackError/signalInUse(signal:)`` when the application installed its own
+    ///   handler for ``signalNumber``.
+    public static func install() throws(ThreadStackError) {
+        try engine.install()
+    }
+
+    /// Whether captures may walk frame pointers in the main executable (found at install).
+    public static var framePointersUsable: Bool { crlm_frame_pointers_usable() }
+
+    /// From the last capture's signal to the end of its handler (what the benchmark reports).
+    public static var lastCaptureLatency: Duration { .nanoseconds(crlm_last_capture_latency_ns()) }
+
+    static let engine = CaptureEngine()
+}
+
+/// Why a stack could not be captured.
+public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// No thread with this id exists in the process (it exited, or never was).
+    case noSuchThread(threadID: Int32)
+    /// The thread did not run the handler within `waited`: it blocks the signal (`signalBlocked`
+    /// true), is stopped, or exited meanwhile.
+    case noAnswer(threadID: Int32, waited: Duration, signalBlocked: Bool)
+    /// Another handler is installed for the capture signal.
+    case signalInUse(signal: Int32)
+    /// `sigaction` failed (an errno).
+    case cannotInstall(signal: Int32, errno: Int32)
+    /// `tgkill` failed for another reason than a missing thread (an errno).
+    case sendFailed(threadID: Int32, errno: Int32)
+
+    /// What went wrong, in words.
+    public var description: String {
+        switch self {
+        case .noSuchThread(let id):
+            "no thread \(id) in this process"
+        case .noAnswer(let id, let waited, let blocked):
+            blocked
+                ? "thread \(id) blocks the capture signal (\(ThreadStack.signalNumber)); no stack after \(waited)"
+                : "thread \(id) did not answer the capture signal within \(waited) (stopped, or exited meanwhile)"
+        case .signalInUse(let signal):
+            "signal \(signal) already has a handler; ThreadStack will not replace it"
+        case .cannotInstall(let signal, let errno):
+            "cannot install the handler for signal \(signal) (errno \(errno))"
+        case .sendFailed(let id, let errno):
+            "cannot signal thread \(id) (errno \(errno))"
+        }
+    }
+}
+
+/// The process's one capture buffer and its install state; captures are serialized by its lock.
+final class CaptureEngine: Sendable {
+    private struct State: ~Copyable {
+        var installed = false
+        var installError: ThreadStackError?
+        let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: Int(CRLM_MAX_FRAMES))
+    }
+
+    private let state = Mutex(State())
+
+    func install() throws(ThreadStackError) {
+        try state.withLock { state throws(ThreadStackError) in try Self.install(&state) }
+    }
+
+    private static func install(_ state: inout State) throws(ThreadStackError) {
+        if state.installed { return }
+        if let error = state.installError { throw error }
+        let signal = crlm_default_signal()
+        let result = crlm_install(signal)
+        guard result == 0 else {
+            let error: ThreadStackError = result == EBUSY ? .signalInUse(signal: signal) : .cannotInstall(signal: signal, errno: result)
+            state.installError = error
+            throw error
+        }
+        state.installed = true
+        crlm_set_frame_pointers_usable(calibrate())
+    }
+
+    /// Whether the frame-pointer chain of this build matches what the unwind tables find: the
+    /// chain's frames must appear, in order, among backtrace()'s.
+    @inline(never)
+    private static func calibrate() -> Bool {
+        let wasRegistered = crlm_register_current_thread()
+        defer { if wasRegistered { crlm_unregister_current_thread() } }
+        var unwound = [UInt64](repeating: 0, count: 64)
+        var chained = [UInt64](repeating: 0, count: 64)
+        var unwoundCount: Int32 = 0
+        var chainedCount: Int32 = 0
+        let done = unwound.withUnsafeMutableBufferPointer { unwound in
+            chained.withUnsafeMutableBufferPointer { chained in
+                crlm_calibrate(unwound.baseAddress, &unwoundCount, chained.baseAddress, &chainedCount, 64)
+            }
+        }
+        // The chain misses the frame whose callee (in libc) kept no frame record, so compare from
+        // its second return address on: three in a row must match.
+        guard done, chainedCount >= 4 else { return false }
+        let chain = Array(chained[1..<min(Int(chainedCount), 4)])
+        let table = Array(unwound[0..<Int(unwoundCount)])
+        guard table.count >= chain.count else { return false }
+        for start in 0...(table.count - chain.count) where Array(table[start..<start + chain.count]) == chain {
+            return true
+        }
+        return false
+    }
+
+    func capture(threadID: Int32, timeout: Duration) throws(ThreadStackError) -> RawStack {
+        try state.withLock { state throws(ThreadStackError) -> RawStack in
+            try Self.install(&state)
+            var count: Int32 = 0
+            var method: Int32 = 0
+            var error: Int32 = 0
+            let timeoutNs = max(1_000_000, timeout.nanosecondsClamped)
+            let result = crlm_capture(
+                threadID, timeoutNs, min(timeoutNs, 5_000_000), state.buffer, CRLM_MAX_FRAMES, &count, &method, &error)
+            switch Int(result) {
+            case Int(CRLM_CAPTURED):
+                return RawStack(
+                    addresses: Array(UnsafeBufferPointer(start: state.buffer, count: Int(count))),
+                    unwinder: method == CRLM_UNWIND_FRAME_POINTERS ? .framePointers : .unwindTables)
+            case Int(CRLM_NO_SUCH_THREAD):
+                throw .noSuchThread(threadID: threadID)
+            case Int(CRLM_NO_ANSWER):
+                if !ProcessThreads.exists(threadID) { throw .noSuchThread(threadID: threadID) }
+                throw .noAnswer(
+                    threadID: threadID, waited: timeout,
+                    signalBlocked: ProcessThreads.blocks(signal: crlm_default_signal(), threadID: threadID) ?? false)
+            default:
+                throw .sendFailed(threadID: threadID, errno: error)
+            }
+        }
+    }
+}
+
+extension Duration {
+    /// Whole nanoseconds, clamped to Int64 (a huge duration is "forever", a negative one zero).
+    var nanosecondsClamped: Int64 {
+        let (seconds, attoseconds) = components
+        if seconds >= Int64.max / 1_000_000_000 - 1 { return Int64.max / 2 }
+        if seconds < 0 { return 0 }
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+
+/// What a ``StallMonitor`` reports: a stall begins, then ends.
+public enum StallEvent: Sendable {
+    /// The loop has been inside one iteration longer than the threshold. The report holds what is
+    /// known so far: the duration so far and the first stack.
+    case began(StallReport)
+    /// The loop moved on (or the monitor stopped, or the thread exited: see
+    /// ``StallReport/endReason``). The report holds the total duration and every sampled stack.
+    case ended(StallReport)
+
+    /// The report either case carries.
+    public var report: StallReport {
+        switch self {
+        case .began(let report), .ended(let report): report
+        }
+    }
+}
+
+/// One stall of a run loop: where it was stuck, for how long, and what its thread was doing.
+///
+/// JSON (``StallReportStore`` writes it, one object per line): durations are integer nanoseconds
+/// (`durationNs`, `threadCPUTimeNs`), `startedAt` is seconds since 1970 (a number), and frames are
+/// ``StackFrame`` objects. Fields added later are optional, so older readers keep working.
+public struct StallReport: Sendable, Codable, Hashable {
+    /// How a stall ended.
+    public enum EndReason: String, Sendable, Codable {
+        /// The loop finished the iteration (or slept): the usual end.
+        case movedOn
+        /// ``StallMonitor/stop()`` was called while the stall lasted: ``duration`` is how long it
+        /// had lasted then (cut short).
+        case monitorStopped
+        /// The loop's thread exited while stuck (or before the monitor looked again).
+        case threadExited
+    }
+
+    /// Unique per stall: a ``StallReportStore`` pairs the `began` and `ended` lines by it.
+    public var id: String
+    /// The process that stalled.
+    public var processID: Int32
+    /// The stuck thread's name (as the kernel shows it, 15 characters at most).
+    public var threadName: String
+    /// The stuck thread's kernel id.
+    public var threadID: Int32
+    /// The mode the loop was running in.
+    public var mode: String
+    /// Where it was stuck: `observers`, `blocks`, `sources0`, `timers`, `sources1` (descriptor
+    /// sources, ports and the main queue).
+    public var phase: String
+    /// When the loop started the work that stalled (it left the kernel or began the pass).
+    public var startedAt: Date
+    /// How long the stall has lasted (in a `began` report) or lasted in all (`ended`).
+    public var duration: Duration
+    /// CPU time the stuck thread used while the monitor watched the stall (from its thread CPU
+    /// clock, over ``cpuMeasuredOver``): close to that time when it was busy, near zero when it was
+    /// blocked (sleeping, waiting for a lock or for I/O).
+    public var threadCPUTime: Duration
+    /// The wall time ``threadCPUTime`` was measured over.
+    public var cpuMeasuredOver: Duration
+    /// Distinct stacks sampled (one every sample interval), most frequent first.
+    public var stacks: [StackSample]
+    /// Stacks sampled in all.
+    public var sampleCount: Int
+    /// Set in an `ended` report.
+    public var endReason: EndReason?
+    /// Stalls with the same stack that were not reported since the last one that was (see
+    /// ``StallMonitor``'s back-off).
+    public var suppressedSimilar: Int
+    /// Why no stack could be taken, when none could.
+    public var captureError: String?
+
+    /// The stuck thread's busy share over the stall: ``threadCPUTime`` / ``cpuMeasuredOver``.
+    public var cpuRatio: Double {
+        let wall = cpuMeasuredOver.seconds
+        return wall > 0 ? min(1, threadCPUTime.seconds / wall) : 0
+    }
+
+    /// Whether ``StallMonitor/stop()`` ended the report before the loop moved on.
+    public var isCutShort: Bool { endReason == .monitorStopped }
+
+    /// The innermost named frame of the most frequent stack that is not the C library's or the
+    /// Swift runtime's: where the loop was stuck, in a word.
+    public var stuckIn: String? {
+        guard let frames = stacks.first?.frames else { return nil }
+        let named = frames.compactMap { frame -> String? in
+            guard let symbol = frame.symbol else { return nil }
+            let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
+            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return nil }
+            return symbol
+        }
+        return named.first ?? frames.first?.summary
+    }
+
+    /// A report with every field given.
+    public init(
+        id: String, processID: Int32, threadName: String, threadID: Int32, mode: String, phase: String,
+        startedAt: Date, duration: Duration, threadCPUTime: Duration, cpuMeasuredOver: Duration,
+        stacks: [StackSample], sampleCount: Int, endReason: EndReason? = nil, suppressedSimilar: Int = 0,
+        captureError: String? = nil
+    ) {
+        self.id = id
+        self.processID = processID
+        self.threadName = threadName
+        self.threadID = threadID
+        self.mode = mode
+        self.phase = phase
+        self.startedAt = startedAt
+        self.duration = duration
+        self.threadCPUTime = threadCPUTime
+        self.cpuMeasuredOver = cpuMeasuredOver
+        self.stacks = stacks
+        self.sampleCount = sampleCount
+        self.endReason = endReason
+        self.suppressedSimilar = suppressedSimilar
+        self.captureError = captureError
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
+        case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
+    }
+
+    /// Decodes the JSON form described above.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        processID = try c.decode(Int32.self, forKey: .processID)
+        threadName = try c.decode(String.self, forKey: .threadName)
+        threadID = try c.decode(Int32.self, forKey: .threadID)
+        mode = try c.decode(String.self, forKey: .mode)
+        phase = try c.decode(String.self, forKey: .phase)
+        startedAt = Date(timeIntervalSince1970: try c.decode(Double.self, forKey: .startedAt))
+        duration = .nanoseconds(try c.decode(Int64.self, forKey: .durationNs))
+        threadCPUTime = .nanoseconds(try c.decode(Int64.self, forKey: .threadCPUTimeNs))
+        cpuMeasuredOver = .nanoseconds(try c.decodeIfPresent(Int64.self, forKey: .cpuMeasuredOverNs) ?? 0)
+        stacks = try c.decode([StackSample].self, forKey: .stacks)
+        sampleCount = try c.decodeIfPresent(Int.self, forKey: .sampleCount) ?? stacks.reduce(0) { $0 + $1.count }
+        endReason = try c.decodeIfPresent(EndReason.self, forKey: .endReason)
+        suppressedSimilar = try c.decodeIfPresent(Int.self, forKey: .suppressedSimilar) ?? 0
+        captureError = try c.decodeIfPresent(String.self, forKey: .captureError)
+    }
+
+    /// Encodes the JSON form described above.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encode(processID, forKey: .processID)
+        try c.encode(threadName, forKey: .threadName)
+        try c.encode(threadID, forKey: .threadID)
+        try c.encode(mode, forKey: .mode)
+        try c.encode(phase, forKey: .phase)
+        try c.encode(startedAt.timeIntervalSince1970, forKey: .startedAt)
+        try c.encode(duration.nanosecondsClamped, forKey: .durationNs)
+        try c.encode(threadCPUTime.nanosecondsClamped, forKey: .threadCPUTimeNs)
+        try c.encode(cpuMeasuredOver.nanosecondsClamped, forKey: .cpuMeasuredOverNs)
+        try c.encode(stacks, forKey: .stacks)
+        try c.encode(sampleCount, forKey: .sampleCount)
+        try c.encodeIfPresent(endReason, forKey: .endReason)
+        try c.encode(suppressedSimilar, forKey: .suppressedSimilar)
+        try c.encodeIfPresent(captureError, forKey: .captureError)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a Double.
+    var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,56 @@
+// Stall-monitor scenarios that need a process of their own (RunLoopMonitorTests launch them):
+//
+//   stall DIR?        a 400 ms busy stall and a 400 ms blocked stall on a watched loop; prints each
+//                     event as a JSON line ("began"/"ended" + the report), then "done". In a
+//                     release build (frame pointers omitted) this checks the unwinder CI relies on.
+//   hang DIR          a monitor with a StallReportStore in DIR, then a stall that never ends; prints
+//                     "began" once the began line is on disk. The parent kills the process.
+//   unfinished DIR    prints the store's unfinished() reports as JSON lines, then "done".
+//   bad-threshold     StallMonitor(threshold: 0): must stop with a precondition message.
+//   bad-interval      StallMonitor(sampleInterval: -1 ms): the same.
+import Foundation
+import Glibc
+import RunLoopKit
+import RunLoopMonitor
+
+/// Writes a line to standard output at once (the parent waits for lines while this runs on).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+let arguments = CommandLine.arguments
+let scenario = arguments.count > 1 ? arguments[1] : ""
+
+func printJSON(_ event: String, _ report: StallReport) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let data = (try? encoder.encode(report)) ?? Data()
+    say("{\"event\":\"\(event)\",\"report\":\(String(decoding: data, as: UTF8.self))}")
+}
+
+switch scenario {
+case "stall":
+    Probes.stall()
+case "hang":
+    Probes.hang(directory: arguments[2])
+case "unfinished":
+    let store = try StallReportStore(directory: arguments[2])
+    for report in try store.unfinished() { printJSON("unfinished", report) }
+    say("done")
+case "debug-snapshot":
+    let worker = PermanentThread(name: "dbg")
+    let token = worker.loop.watchPhases()
+    try? worker.execute { usleep(10_000) }
+    usleep(100_000)
+    try? worker.execute { usleep(300_000) }
+    usleep(100_000)
+    let s = worker.loop.phaseSnapshot
+    say("\(s.phase) gen \(s.generation) since \(String(describing: s.since)) busy \(String(describing: s.busySince)) now \(ContinuousClock.now)")
+    token.cancel()
+case "bad-threshold":
+    _ = StallMonitor(loop: RunLoop.current, threshold: .zero)
+case "bad-interval":
+    _ = StallMonitor(loop: RunLoop.current, sampleInterval: .milliseconds(-1))
+default:
+    FileHandle.standardError.write(Data("usage: MonitorProbe stall | hang DIR | unfinished DIR | bad-threshold | bad-interval\n".utf8))
+    exit(2)
+}

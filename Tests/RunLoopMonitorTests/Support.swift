@@ -1,0 +1,3 @@
+import CRunLoopMonitor
+
+func currentThreadID() -> Int32 { crlm_gettid() }
