@@ -78,11 +78,14 @@ static void context_registers(void *context, uintptr_t *pc, uintptr_t *fp, uintp
 #endif
 }
 
-/// The calling thread's registered stack top, or 0.
-static uintptr_t registered_stack_top(pid_t tid) {
+/// The registered stack top of thread `tid` when `sp` lies in its registered stack, else 0 (a
+/// stale entry of an exited thread whose id was reused fails the check).
+static uintptr_t registered_stack_top(pid_t tid, uintptr_t sp) {
     for (int i = 0; i < MAX_THREADS; i++) {
         if (atomic_load_explicit(&g_threads[i].tid, memory_order_acquire) == tid) {
-            return atomic_load_explicit(&g_threads[i].hi, memory_order_relaxed);
+            uintptr_t lo = atomic_load_explicit(&g_threads[i].lo, memory_order_relaxed);
+            uintptr_t hi = atomic_load_explicit(&g_threads[i].hi, memory_order_relaxed);
+            return (sp == 0 || (sp >= lo && sp < hi)) ? hi : 0;
         }
     }
     return 0;
@@ -135,7 +138,7 @@ static void handler(int sig, siginfo_t *info, void *context) {
         uintptr_t pc, fp, sp;
         context_registers(context, &pc, &fp, &sp);
         int capacity = atomic_load_explicit(&g_capacity, memory_order_relaxed);
-        uintptr_t top = registered_stack_top(self);
+        uintptr_t top = registered_stack_top(self, sp);
         if (atomic_load_explicit(&g_calibrating, memory_order_relaxed)) {
             g_count = unwind_tables(pc, g_frames, capacity);
             g_fp_count = top != 0 ? walk_frame_pointers(pc, fp, sp, top, g_fp_frames, capacity) : 0;
@@ -202,6 +205,14 @@ void crlm_set_frame_pointers_usable(bool usable) { atomic_store(&g_fp_usable, us
 
 bool crlm_frame_pointers_usable(void) { return atomic_load(&g_fp_usable); }
 
+bool crlm_unblock_signal(void) {
+    if (g_signal == 0) return false;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, g_signal);
+    return pthread_sigmask(SIG_UNBLOCK, &set, NULL) == 0;
+}
+
 bool crlm_register_current_thread(void) {
     pthread_attr_t attr;
     if (pthread_getattr_np(pthread_self(), &attr) != 0) return false;
@@ -211,7 +222,7 @@ bool crlm_register_current_thread(void) {
     pthread_attr_destroy(&attr);
     if (r != 0 || address == NULL) return false;
     pid_t self = gettid();
-    if (registered_stack_top(self) != 0) return true;
+    if (registered_stack_top(self, 0) != 0) return true;
     for (int i = 0; i < MAX_THREADS; i++) {
         pid_t expected = 0;
         // Claimed with a placeholder first so that the bounds are in place before the tid.
@@ -225,8 +236,9 @@ bool crlm_register_current_thread(void) {
     return false;
 }
 
-void crlm_unregister_current_thread(void) {
-    pid_t self = gettid();
+void crlm_unregister_current_thread(void) { crlm_forget_thread(gettid()); }
+
+void crlm_forget_thread(pid_t self) {
     for (int i = 0; i < MAX_THREADS; i++) {
         if (atomic_load(&g_threads[i].tid) == self) atomic_store(&g_threads[i].tid, 0);
     }
@@ -287,7 +299,7 @@ bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, in
     *fp_count = 0;
     if (g_signal == 0) return false;
     pid_t self = gettid();
-    if (registered_stack_top(self) == 0) return false;
+    if (registered_stack_top(self, 0) == 0) return false;
     atomic_store(&g_calibrating, true);
     uint64_t frames[CRLM_MAX_FRAMES];
     int count = 0, method = 0, error = 0;

@@ -3,8 +3,8 @@
 //   stall DIR?        a 400 ms busy stall and a 400 ms blocked stall on a watched loop; prints each
 //                     event as a JSON line ("began"/"ended" + the report), then "done". In a
 //                     release build (frame pointers omitted) this checks the unwinder CI relies on.
-//   hang DIR          a monitor with a StallReportStore in DIR, then a stall that never ends; prints
-//                     "began" once the began line is on disk. The parent kills the process.
+//   hang DIR          a monitor with a StallReportStore in DIR, then a stall that never ends; once
+//                     the began line is on disk it prints "began" and SIGKILLs itself.
 //   unfinished DIR    prints the store's unfinished() reports as JSON lines, then "done".
 //   bad-threshold     StallMonitor(threshold: 0): must stop with a precondition message.
 //   bad-interval      StallMonitor(sampleInterval: -1 ms): the same.
@@ -36,16 +36,6 @@ case "unfinished":
     let store = try StallReportStore(directory: arguments[2])
     for report in try store.unfinished() { printJSON("unfinished", report) }
     say("done")
-case "debug-snapshot":
-    let worker = PermanentThread(name: "dbg")
-    let token = worker.loop.watchPhases()
-    try? worker.execute { usleep(10_000) }
-    usleep(100_000)
-    try? worker.execute { usleep(300_000) }
-    usleep(100_000)
-    let s = worker.loop.phaseSnapshot
-    say("\(s.phase) gen \(s.generation) since \(String(describing: s.since)) busy \(String(describing: s.busySince)) now \(ContinuousClock.now)")
-    token.cancel()
 case "bad-threshold":
     _ = StallMonitor(loop: RunLoop.current, threshold: .zero)
 case "bad-interval":

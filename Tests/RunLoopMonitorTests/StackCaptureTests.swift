@@ -1,9 +1,141 @@
-import Testing
+import CRunLoopMonitor
+import Foundation
+import Glibc
 @testable import RunLoopMonitor
+import Synchronization
+import Testing
 
+extension RunLoopMonitorSuites {
 @Suite struct StackCaptureTests {
-    @Test func capturesOwnThread() throws {
+    @Test func capturesItsOwnThread() throws {
+        ThreadStack.prepareCurrentThread()
+        let frames = try ThreadStack.capture(threadID: currentThreadID())
+        #expect(symbols(frames).contains { $0.contains("capturesItsOwnThread") })
+    }
+
+    @Test func capturesAnotherThreadInTheFunctionItSpinsIn() throws {
+        let stop = Atomic<Bool>(false)
+        let spinner = NamedThread(name: "spinner") {
+            while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
+        }
+        defer { stop.store(true, ordering: .relaxed); spinner.join() }
+        let frames = try ThreadStack.capture(threadID: spinner.threadID)
+        #expect(symbols(frames).contains("monitorTestCrunch(until:)"), "\(frames.map(\.summary))")
+        // Offline symbolication needs the image and offset of every frame.
+        for frame in frames where frame.image.isEmpty == false {
+            #expect(frame.address &- frame.imageOffset > 0)
+        }
+        #expect(frames.contains { $0.file?.hasSuffix("Support.swift") == true && $0.line != nil })
+    }
+
+    @Test func aMissingThreadIsAClearError() {
+        #expect(throws: ThreadStackError.noSuchThread(threadID: 0x3fff_fff0)) {
+            try ThreadStack.captureAddresses(threadID: 0x3fff_fff0)
+        }
+    }
+
+    /// A thread that blocks the capture signal: the capture gives up after its timeout with an
+    /// error that says so, and does not hang.
+    @Test func aThreadThatBlocksTheSignalGivesAClearErrorAfterABoundedWait() throws {
+        let release = DispatchSemaphore(value: 0)
+        let blocked = Atomic<Bool>(false)
+        let thread = NamedThread(name: "blocks-signal") {
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, ThreadStack.signalNumber)
+            pthread_sigmask(SIG_BLOCK, &set, nil)
+            blocked.store(true, ordering: .releasing)
+            release.wait()
+        }
+        defer { release.signal(); thread.join() }
+        while !blocked.load(ordering: .acquiring) { sched_yield() }
+        let start = ContinuousClock.now
+        #expect(throws: ThreadStackError.noAnswer(threadID: thread.threadID, waited: .milliseconds(100), signalBlocked: true)) {
+            try ThreadStack.captureAddresses(threadID: thread.threadID, timeout: .milliseconds(100))
+        }
+        // 100 ms asked; the bound has room for a loaded machine, far from a hang.
+        #expect(ContinuousClock.now - start < .seconds(3))
+        // The signal is still pending on that thread: once it unblocks, the handler finds nothing
+        // armed and returns (the thread must survive it), and later captures still work.
+        ThreadStack.prepareCurrentThread()
         let frames = try ThreadStack.capture(threadID: currentThreadID())
         #expect(!frames.isEmpty)
     }
+
+    /// 10,000 captures of a thread that allocates and frees in a tight loop: the handler never
+    /// touches the heap or a lock, so the target's malloc state is never corrupted and nothing
+    /// deadlocks (this runs under AddressSanitizer and ThreadSanitizer in CI too).
+    @Test func tenThousandCapturesOfAnAllocatingThread() throws {
+        let stop = Atomic<Bool>(false)
+        let allocations = Atomic<Int>(0)
+        let target = NamedThread(name: "allocator") {
+            var keep: [[UInt8]] = []
+            while !stop.load(ordering: .relaxed) {
+                keep.append([UInt8](repeating: 1, count: 64 + keep.count % 512))
+                if keep.count > 64 { keep.removeFirst(32) }
+                allocations.add(1, ordering: .relaxed)
+            }
+        }
+        defer { stop.store(true, ordering: .relaxed); target.join() }
+        var captured = 0
+        for _ in 0..<10_000 {
+            let stack = try ThreadStack.captureAddresses(threadID: target.threadID, timeout: .seconds(5))
+            if !stack.addresses.isEmpty { captured += 1 }
+        }
+        #expect(captured == 10_000)
+        #expect(allocations.load(ordering: .relaxed) > 0)
+    }
+
+    /// The handler restores errno: a thread that sets errno and checks it without a system call
+    /// between never sees it change, over 2,000 captures.
+    @Test func theHandlerPreservesErrno() throws {
+        let stop = Atomic<Bool>(false)
+        let changed = Atomic<Int>(0)
+        let checks = Atomic<Int>(0)
+        let target = NamedThread(name: "errno-check") {
+            while !stop.load(ordering: .relaxed) {
+                errno = 4242
+                var x = 0
+                for i in 0..<2000 { x &+= i }
+                if errno != 4242 { changed.add(1, ordering: .relaxed) }
+                checks.add(x & 1, ordering: .relaxed)
+            }
+        }
+        defer { stop.store(true, ordering: .relaxed); target.join() }
+        for _ in 0..<2000 { _ = try ThreadStack.captureAddresses(threadID: target.threadID, timeout: .seconds(5)) }
+        #expect(changed.load(ordering: .relaxed) == 0)
+    }
+
+    @Test func symbolicationIsCachedPerAddress() throws {
+        ThreadStack.prepareCurrentThread()
+        let stack = try ThreadStack.captureAddresses(threadID: currentThreadID())
+        let first = ThreadStack.symbolicate(stack)
+        let start = ContinuousClock.now
+        let again = ThreadStack.symbolicate(stack)
+        #expect(first == again)
+        // A cached stack is a dictionary lookup per address; a cold one reads symbol tables.
+        #expect(ContinuousClock.now - start < .milliseconds(50))
+    }
+
+    /// A thread registered with its stack bounds, in a build that keeps frame pointers (debug),
+    /// may be unwound by the frame-pointer walk; either way its stack names the function.
+    @Test func framePointerFastPathOnARegisteredThread() throws {
+        try ThreadStack.install()
+        let stop = Atomic<Bool>(false)
+        let spinner = NamedThread(name: "fp-spinner") {
+            ThreadStack.prepareCurrentThread()
+            defer { ThreadStack.forgetCurrentThread() }
+            while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
+        }
+        defer { stop.store(true, ordering: .relaxed); spinner.join() }
+        usleep(10_000)
+        var unwinders = Set<RawStack.Unwinder>()
+        for _ in 0..<50 {
+            let stack = try ThreadStack.captureAddresses(threadID: spinner.threadID)
+            unwinders.insert(stack.unwinder)
+            #expect(symbols(ThreadStack.symbolicate(stack)).contains("monitorTestCrunch(until:)"))
+        }
+        if ThreadStack.framePointersUsable { #expect(unwinders.contains(.framePointers)) }
+    }
+}
 }

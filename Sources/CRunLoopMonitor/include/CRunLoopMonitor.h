@@ -49,6 +49,13 @@ bool crlm_register_current_thread(void);
 /// Forgets the calling thread's bounds (call before it exits; a tid may be reused).
 void crlm_unregister_current_thread(void);
 
+/// Forgets thread `tid`'s bounds (it exited).
+void crlm_forget_thread(pid_t tid);
+
+/// Unblocks the capture signal for the calling thread (threads made by libdispatch's workers,
+/// Swift concurrency's threads, or anything they spawn, start with every signal blocked).
+bool crlm_unblock_signal(void);
+
 /// Captures thread `tid`'s stack: signals it and waits up to `timeout_ns` (re-sending every
 /// `resend_ns`: glibc blocks signals briefly, e.g. inside pthread_create) for its handler to
 /// write the return addresses. On CRLM_CAPTURED, `frames[0]` is the interrupted instruction and

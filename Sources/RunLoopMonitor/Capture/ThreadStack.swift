@@ -10,7 +10,7 @@ import Synchronization
 /// async-signal-safe: it allocates nothing, takes no lock and restores `errno`. It unwinds with
 /// glibc's `backtrace()` (the DWARF unwind tables: works in `-O` builds, where Swift omits frame
 /// pointers), or walks the frame-pointer chain (under a microsecond) when the thread registered
-/// its stack bounds (``registerCurrentThread()``), the interrupted code is in the main executable,
+/// its stack bounds (``prepareCurrentThread()``), the interrupted code is in the main executable,
 /// and a calibration at install showed that executable keeps frame pointers.
 ///
 /// Symbolication (``symbolicate(_:)``) happens on the calling thread, never in the handler, and
@@ -55,16 +55,28 @@ public enum ThreadStack {
         Symbolicator.shared.frames(for: stack.addresses)
     }
 
-    /// Records the calling thread's stack bounds, so that its captures may walk frame pointers
-    /// (when the executable keeps them). A stall monitor registers the threads of the loops it
-    /// watches; any thread may. Call ``unregisterCurrentThread()`` before the thread exits.
-    public static func registerCurrentThread() {
+    /// Makes the calling thread capturable at its best, and is what a thread that wants to be
+    /// monitored calls once: unblocks the capture signal for it (a thread started from a
+    /// libdispatch worker or a Swift concurrency thread inherits a mask that blocks every signal,
+    /// and its captures then fail with ``ThreadStackError/noAnswer(threadID:waited:signalBlocked:)``),
+    /// and records its stack bounds, so that its captures may walk frame pointers when the
+    /// executable keeps them. A ``StallMonitor`` does this on each loop it watches. Call
+    /// ``forgetCurrentThread()`` before the thread exits (a stale entry is never used for a thread
+    /// whose stack is elsewhere, but it takes one of 512 places).
+    public static func prepareCurrentThread() {
+        if crlm_signal_number() == 0 { try? install() }
+        _ = crlm_unblock_signal()
         _ = crlm_register_current_thread()
     }
 
     /// Forgets the calling thread's stack bounds.
-    public static func unregisterCurrentThread() {
+    public static func forgetCurrentThread() {
         crlm_unregister_current_thread()
+    }
+
+    /// Forgets the stack bounds of thread `threadID`, which exited.
+    static func forget(threadID: Int32) {
+        crlm_forget_thread(threadID)
     }
 
     /// Installs the signal handler now (it is installed on first capture otherwise) and runs the

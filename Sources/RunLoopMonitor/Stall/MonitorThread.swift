@@ -43,6 +43,9 @@ final class MonitorThread: Sendable {
             ThreadBody {
                 id.value.store(crlm_gettid(), ordering: .releasing)
                 crlm_set_thread_name(name)
+                // A monitor thread started from a libdispatch or Swift concurrency thread inherits a
+                // mask that blocks every signal; it must answer its own capture signal.
+                _ = crlm_unblock_signal()
                 body()
             })
         var thread = pthread_t()

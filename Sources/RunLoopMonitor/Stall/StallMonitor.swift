@@ -10,8 +10,10 @@ import Synchronization
 /// Finds run loops stuck inside one iteration, samples the stuck thread's stack while the stall
 /// lasts, and reports when it begins and ends.
 ///
-/// One monitor has one thread (named `rlk.stallmon`), which watches every loop given to it; a
-/// process usually needs one monitor for all its loops. The thread reads each loop's published
+/// One monitor watches every loop given to it, with two threads: `rlk.stallmon` looks at the
+/// loops and samples stacks, `rlk.stallrep` symbolicates them and delivers the reports (the
+/// handler runs there), so that symbolication never delays a sample. A process usually needs one
+/// monitor for all its loops. The sampling thread reads each loop's published
 /// state (phase, iteration generation, the time it started working: ``RunLoop/phaseSnapshot``):
 /// the loop itself runs no callback, posts no semaphore and allocates nothing for the monitor; it
 /// reads the clock at each phase change while watched (see BENCHMARKS.md for the cost).
@@ -23,6 +25,13 @@ import Synchronization
 ///   monitor looks at least every `sampleInterval`, and at the exact moment the threshold passes
 ///   for a loop it saw busy); `.ended` comes within one `sampleInterval` of the loop moving on,
 ///   with the total duration.
+/// - **Preparing the thread**: when it first looks at a loop, the monitor performs a block on it
+///   (in the common modes) that calls ``ThreadStack/prepareCurrentThread()``: a loop thread
+///   started from a libdispatch worker or a Swift concurrency thread inherits a mask that blocks
+///   every signal, and could not be sampled otherwise (its reports then carry
+///   ``StallReport/captureError``). A loop stuck before that block ran, or that never runs a
+///   common mode, is sampled only if its thread does not block the signal: call
+///   ``ThreadStack/prepareCurrentThread()`` at the start of such a thread.
 /// - **Stacks**: the first sample is taken when the stall begins, then one every `sampleInterval`
 ///   while it lasts (``ThreadStack``); identical stacks are merged with counts, most frequent
 ///   first. A thread blocked in the same system call is signalled once (see ``ThreadStack``).
@@ -45,13 +54,18 @@ public final class StallMonitor: Sendable {
     private let store: StallReportStore?
     private let logger: Logger?
     private let shared: Mutex<Shared>
+    /// The sampling thread (`rlk.stallmon`) and the reporting thread (`rlk.stallrep`).
     private let thread = Mutex<MonitorThread?>(nil)
+    private let reporter = Mutex<MonitorThread?>(nil)
 
     private struct Shared {
         var loops: [RunLoop]
         var stopping = false
         var started = false
+        var samplerDone = false
         var handler: (@Sendable (StallEvent) -> Void)?
+        /// Events waiting for the reporting thread, in order, with their raw stacks.
+        var pending: [(ended: Bool, report: StallReport, sampler: StackSampler)] = []
     }
 
     /// A monitor for `loop` (any loop, not only the main one).
@@ -85,12 +99,24 @@ public final class StallMonitor: Sendable {
 
     /// Watches `loop` too, from the next look on. Any thread, before or after ``start(_:)``.
     public func watch(_ loop: RunLoop) {
-        shared.withLock { if !$0.loops.contains(loop) { $0.loops.append(loop) } }
+        let added = shared.withLock { shared -> Bool in
+            guard !shared.loops.contains(loop) else { return false }
+            shared.loops.append(loop)
+            return shared.started
+        }
+        if added { Self.prepare(loop) }
         thread.withLock { $0 }?.wake()
     }
 
-    /// Starts the monitor's thread; `handler` is called on it for each event. Once: a second call
-    /// is a precondition failure.
+    /// On the loop's thread, at its next pass in a common mode (before blocks performed after this
+    /// call): unblocks the capture signal and records the stack bounds (see "Preparing the
+    /// thread").
+    private static func prepare(_ loop: RunLoop) {
+        loop.perform(inModes: [.common]) { ThreadStack.prepareCurrentThread() }
+    }
+
+    /// Starts the monitor's threads; `handler` is called on its reporting thread (`rlk.stallrep`)
+    /// for each event, in order. Once: a second call is a precondition failure.
     public func start(_ handler: @escaping @Sendable (StallEvent) -> Void) {
         let first = shared.withLock { shared -> Bool in
             defer { shared.started = true; shared.handler = handler }
@@ -98,23 +124,60 @@ public final class StallMonitor: Sendable {
         }
         precondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
+        for loop in loops { Self.prepare(loop) }
         let worker = Worker(monitor: self)
-        thread.withLock { $0 = MonitorThread(name: "rlk.stallmon") { worker.run() } }
+        reporter.withLock { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
+        thread.withLock { $0 = MonitorThread(name: "rlk.stallmon") { [self] in
+            worker.run()
+            shared.withLock { $0.samplerDone = true }
+            reporter.withLock { $0 }?.wake()
+        } }
     }
 
     /// Stops the monitor: a stall in progress gets its `.ended` report (cut short), then the
-    /// monitor's thread exits and this call waits for it. From inside the handler (on the monitor's
-    /// thread) it returns at once and the thread exits after the handler. Any thread; later calls
-    /// do nothing.
+    /// monitor's threads exit and this call waits for them. From inside the handler it returns at
+    /// once, and the threads exit after the handler (the cut-short report still comes). Any
+    /// thread; later calls do nothing.
     public func stop() {
         shared.withLock { $0.stopping = true }
-        guard let thread = thread.withLock({ $0 }) else { return }
-        thread.wake()
-        if thread.isCurrent {
-            thread.detach()
-        } else {
-            thread.join()
+        guard let sampling = thread.withLock({ $0 }), let reporting = reporter.withLock({ $0 }) else { return }
+        sampling.wake()
+        if reporting.isCurrent {
+            sampling.detach()
+            reporting.detach()
+            return
         }
+        sampling.join()
+        reporting.wake()
+        reporting.join()
+    }
+
+    /// The reporting thread: symbolicates each event's stacks (milliseconds for new addresses in
+    /// a large binary, which must not delay sampling) and delivers it, in order.
+    private func runReporter() {
+        // Load the symbol tables now: the first symbolication of a large binary takes a while.
+        if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = ThreadStack.symbolicate(own) }
+        while true {
+            let (batch, done) = shared.withLock { shared in
+                defer { shared.pending.removeAll() }
+                return (shared.pending, shared.samplerDone)
+            }
+            for item in batch {
+                var report = item.report
+                report.stacks = item.sampler.samples()
+                emit(item.ended ? .ended(report) : .began(report))
+            }
+            if batch.isEmpty {
+                if done { return }
+                reporter.withLock { $0 }?.sleep(until: .now + .seconds(3600))
+            }
+        }
+    }
+
+    /// Hands an event to the reporting thread (sampling thread).
+    fileprivate func enqueue(ended: Bool, _ report: StallReport, _ sampler: StackSampler) {
+        shared.withLock { $0.pending.append((ended, report, sampler)) }
+        reporter.withLock { $0 }?.wake()
     }
 
     deinit {
@@ -182,7 +245,16 @@ private final class Worker: @unchecked Sendable {
     var watches: [ObjectIdentifier: Watch] = [:]
     var backoff = StallBackoff()
 
-    init(monitor: StallMonitor) { self.monitor = monitor }
+    /// Watches the monitor's loops from now (on the caller of ``StallMonitor/start(_:)``), so that
+    /// their next phases are stamped before the monitor's thread first looks.
+    init(monitor: StallMonitor) {
+        self.monitor = monitor
+        for loop in monitor.loops { watches[ObjectIdentifier(loop)] = Watch(loop: loop, token: loop.watchPhases()) }
+    }
+
+    /// How long a sample waits for the stuck thread's handler: the thread must be scheduled to run
+    /// it, which on a loaded machine can take longer than a sample interval.
+    var captureTimeout: Duration { max(monitor.sampleInterval * 2, .milliseconds(100)) }
 
     /// One watched loop.
     struct Watch {
@@ -252,19 +324,20 @@ private final class Worker: @unchecked Sendable {
             watch.stall = nil
             watch.candidate = nil
             monitor.forget(loop)
+            ThreadStack.forget(threadID: loop.threadID)
             monitor.noteThreadExit(loop)
             return nil
         }
         let snapshot = loop.phaseSnapshot
         let now = ContinuousClock.now
         guard snapshot.phase != .waiting, snapshot.phase != .notRunning else {
-            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn) }
+            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now)) }
             watch.stall = nil
             watch.candidate = nil
             return nil
         }
         if watch.candidate?.generation != snapshot.generation {
-            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn) }
+            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now)) }
             watch.stall = nil
             watch.candidate = Candidate(
                 generation: snapshot.generation, busySince: min(snapshot.busySince ?? now, now), seenAt: now,
@@ -273,7 +346,7 @@ private final class Worker: @unchecked Sendable {
         let candidate = watch.candidate!
         if var stall = watch.stall {
             if now >= stall.nextSample {
-                if !stall.sampler.sample(timeout: monitor.sampleInterval) {
+                if !stall.sampler.sample(timeout: captureTimeout) {
                     finish(&stall, loop, reason: .threadExited)
                     watch.stall = nil
                     return nil
@@ -282,7 +355,7 @@ private final class Worker: @unchecked Sendable {
             }
             if !stall.reported, now - stall.busySince >= max(.seconds(2), monitor.threshold * 4) {
                 stall.reported = true  // a hang is never hidden by the back-off
-                monitor.emit(.began(report(stall, loop, now: now)))
+                monitor.enqueue(ended: false, report(stall, loop, now: now), stall.sampler)
             }
             watch.stall = stall
             return stall.nextSample
@@ -291,7 +364,7 @@ private final class Worker: @unchecked Sendable {
         guard now >= due else { return due }
         // A stall begins: its first sample now.
         var sampler = StackSampler(threadID: loop.threadID)
-        guard sampler.sample(timeout: monitor.sampleInterval) else { return nil }  // the thread is gone
+        guard sampler.sample(timeout: captureTimeout) else { return nil }  // the thread is gone
         if let error = sampler.lastError { monitor.noteCaptureError(error, loop) }
         let busyFor = now - candidate.busySince
         let signature = sampler.signature ?? []
@@ -304,7 +377,7 @@ private final class Worker: @unchecked Sendable {
             reported: decision.report, suppressedSimilar: decision.suppressedBefore)
         let first = report(stall, loop, now: now)
         monitor.countStall(first, suppressed: !decision.report)
-        if stall.reported { monitor.emit(.began(first)) }
+        if stall.reported { monitor.enqueue(ended: false, first, stall.sampler) }
         stall.nextSample = now + monitor.sampleInterval
         watch.stall = stall
         return stall.nextSample
@@ -316,16 +389,25 @@ private final class Worker: @unchecked Sendable {
         return StallReport(
             id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: loop.threadID, mode: stall.mode,
             phase: stall.phase, startedAt: stall.startedAt, duration: now - stall.busySince, threadCPUTime: cpu,
-            cpuMeasuredOver: now - stall.seenAt, stacks: stall.sampler.samples(), sampleCount: stall.sampler.sampleCount,
+            cpuMeasuredOver: ContinuousClock.now - stall.seenAt, stacks: [], sampleCount: stall.sampler.sampleCount,
             endReason: reason, suppressedSimilar: stall.suppressedSimilar,
-            captureError: stall.sampler.sampleCount == 0 ? stall.sampler.lastError?.description : nil)
+            captureError: stall.sampler.lastError?.description)
     }
 
-    func finish(_ stall: inout Stall, _ loop: RunLoop, reason: StallReport.EndReason) {
-        let now = ContinuousClock.now
+    /// When the loop moved on, as the loop stamped it: the start of its sleep, or of the next
+    /// pass's work; the monitor's own time only when the loop stamped nothing usable (it may look
+    /// up to a sample interval late, or later when its thread waits for the CPU).
+    static func movedOnAt(_ snapshot: RunLoop.PhaseSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        let stamped = snapshot.phase == .waiting ? snapshot.since : snapshot.busySince
+        guard let stamped, stamped > stall.busySince, stamped <= now else { return now }
+        return stamped
+    }
+
+    func finish(_ stall: inout Stall, _ loop: RunLoop, reason: StallReport.EndReason, at end: ContinuousClock.Instant? = nil) {
+        let now = end ?? ContinuousClock.now
         let final = report(stall, loop, now: now, reason: reason)
         if stall.reported {
-            monitor.emit(.ended(final))
+            monitor.enqueue(ended: true, final, stall.sampler)
         } else {
             Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("thread", final.threadName)])
                 .recordNanoseconds(final.duration.nanosecondsClamped)
@@ -371,6 +453,7 @@ private enum MonitorThreadSleep {
 
 extension StallMonitor {
     fileprivate func sleepOnThread(until deadline: ContinuousClock.Instant) {
+        // (The sampling thread's sleep.)
         thread.withLock { $0 }?.sleep(until: deadline)
     }
 }
