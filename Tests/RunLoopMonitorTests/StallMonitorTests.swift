@@ -186,6 +186,20 @@ extension RunLoopMonitorSuites {
         #expect(log.all.isEmpty)
     }
 
+    /// Durations no clock can add to an instant are clamped, not a crash.
+    @Test func hugeDurationsAreClamped() throws {
+        let worker = PermanentThread(name: "huge")
+        defer { worker.stop() }
+        let monitor = StallMonitor(loop: worker.loop, threshold: .seconds(Int64.max), sampleInterval: .seconds(Int64.max / 2), logger: nil)
+        #expect(monitor.threshold == .seconds(365 * 86400))
+        monitor.start { _ in }
+        _ = try worker.executeAndWait { usleep(1000) }
+        monitor.stop()
+        let cpu = CPUMonitor(window: .seconds(Int64.max), coolDown: .seconds(Int64.max), logger: nil)
+        cpu.start { _ in }
+        cpu.stop()
+    }
+
     @Test func identicalStallsBackOffFibonacciStyle() {
         var backoff = StallBackoff()
         let now = ContinuousClock.now

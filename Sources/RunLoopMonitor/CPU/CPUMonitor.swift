@@ -68,6 +68,7 @@ public final class CPUMonitor: Sendable {
     ///   - window: the measuring window; must be positive.
     ///   - sustainedWindows: windows in a row; at least 1.
     ///   - coolDown: how long a reported thread is not reported again (default: 60 s).
+    ///   - logger: where hot threads are logged; nil for none.
     public init(
         threshold: Double = 0.8, window: Duration = .seconds(1), sustainedWindows: Int = 3,
         coolDown: Duration = .seconds(60), logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
@@ -76,9 +77,9 @@ public final class CPUMonitor: Sendable {
         precondition(window > .zero, "CPUMonitor: window must be positive (got \(window))")
         precondition(sustainedWindows >= 1, "CPUMonitor: sustainedWindows must be at least 1 (got \(sustainedWindows))")
         self.threshold = threshold
-        self.window = window
+        self.window = min(window, .seconds(365 * 86400))  // an instant plus more would overflow
         self.sustainedWindows = sustainedWindows
-        self.coolDown = max(.zero, coolDown)
+        self.coolDown = min(max(.zero, coolDown), .seconds(365 * 86400))
         self.logger = logger
     }
 

@@ -14,11 +14,11 @@ import Synchronization
 /// loops and samples stacks, `rlk.stallrep` symbolicates them and delivers the reports (the
 /// handler runs there), so that symbolication never delays a sample. A process usually needs one
 /// monitor for all its loops. The sampling thread reads each loop's published
-/// state (phase, iteration generation, the time it started working: ``RunLoop/phaseSnapshot``):
+/// state (phase, iteration generation, the time it started working: `RunLoop.phaseSnapshot`):
 /// the loop itself runs no callback, posts no semaphore and allocates nothing for the monitor; it
 /// reads the clock at each phase change while watched (see BENCHMARKS.md for the cost).
 ///
-/// - A **stall**: the loop has been busy (in any phase but ``RunLoop/Phase/waiting``) within one
+/// - A **stall**: the loop has been busy (in any phase but `RunLoop.Phase.waiting`) within one
 ///   iteration for longer than `threshold`. A loop asleep in the kernel is never stalled; a loop
 ///   that is not running is not watched; a nested run's passes are iterations of their own.
 /// - **When**: `.began` comes within `threshold` + one `sampleInterval` of the stall's start (the
@@ -43,8 +43,9 @@ import Synchronization
 /// - **Ends**: ``StallReport/EndReason``: the loop moved on, ``stop()`` cut the stall short, or
 ///   the thread exited (the monitor then forgets the loop and goes on with the others).
 ///
-/// Reports go to the handler (on the monitor's thread), to swift-log and swift-metrics (see
-/// ``MonitorReporting``), and to a ``StallReportStore`` when one is given.
+/// Reports go to the handler (on the monitor's reporting thread), to swift-log and swift-metrics
+/// (see ``MonitorReporting``), and to a ``StallReportStore`` when one is given. A started monitor
+/// runs until ``stop()``, even if dropped.
 public final class StallMonitor: Sendable {
     /// How long an iteration may stay busy before it is a stall.
     public let threshold: Duration
@@ -71,6 +72,7 @@ public final class StallMonitor: Sendable {
     /// A monitor for `loop` (any loop, not only the main one).
     ///
     /// - Parameters:
+    ///   - loop: the loop to watch.
     ///   - threshold: how long one iteration may stay busy; must be positive.
     ///   - sampleInterval: how often a stall's stack is sampled; must be positive.
     ///   - store: where reports are written as they begin and end, if anywhere.
@@ -84,14 +86,22 @@ public final class StallMonitor: Sendable {
     }
 
     /// A monitor for several loops, watched by one thread.
+    ///
+    /// - Parameters:
+    ///   - loops: the loops to watch.
+    ///   - threshold: how long one iteration may stay busy; must be positive.
+    ///   - sampleInterval: how often a stall's stack is sampled; must be positive.
+    ///   - store: where reports are written as they begin and end, if anywhere.
+    ///   - logger: where reports are logged; nil for none.
     public init(
         loops: [RunLoop], threshold: Duration = .milliseconds(250), sampleInterval: Duration = .milliseconds(50),
         store: StallReportStore? = nil, logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
         precondition(threshold > .zero, "StallMonitor: threshold must be positive (got \(threshold))")
         precondition(sampleInterval > .zero, "StallMonitor: sampleInterval must be positive (got \(sampleInterval))")
-        self.threshold = threshold
-        self.sampleInterval = sampleInterval
+        // A year at most: an instant plus a larger duration would overflow.
+        self.threshold = min(threshold, .seconds(365 * 86400))
+        self.sampleInterval = min(sampleInterval, .seconds(365 * 86400))
         self.store = store
         self.logger = logger
         self.shared = Mutex(Shared(loops: loops))
