@@ -256,6 +256,7 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
     atomic_store_explicit(&g_armed, seq, memory_order_release);
     int64_t start = monotonic_ns();
     int64_t next_send = start;
+    bool sent = false;
     pid_t pid = getpid();
     for (;;) {
         uint32_t done = atomic_load_explicit(&g_done, memory_order_acquire);
@@ -269,7 +270,8 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
             continue;
         }
         if (now >= next_send) {
-            if (now == start) atomic_store_explicit(&g_sent_ns, now, memory_order_relaxed);
+            if (!sent) atomic_store_explicit(&g_sent_ns, now, memory_order_relaxed);
+            sent = true;
             if (syscall(SYS_tgkill, pid, tid, g_signal) != 0) {
                 int e = errno;
                 uint64_t expected = seq;

@@ -129,3 +129,6 @@ func runMonitorProbe(_ arguments: [String], timeout: Duration = .seconds(60)) th
 /// test's 10,000 captures would starve a monitor's sampling), and the timing bounds assume the
 /// monitor's thread gets a core.
 @Suite(.serialized) enum RunLoopMonitorSuites {}
+
+/// Whether the tests run under ThreadSanitizer or AddressSanitizer.
+let sanitized: Bool = dlsym(nil, "__tsan_init") != nil || dlsym(nil, "__asan_init") != nil

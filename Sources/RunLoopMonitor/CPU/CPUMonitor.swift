@@ -200,6 +200,8 @@ private final class CPUScanner: @unchecked Sendable {
                     continue
                 }
                 if usage >= monitor.threshold {
+                    // Read the name again when a thread turns hot: it may have named itself since.
+                    if thread.hotWindows.isEmpty { thread.name = ProcessThreads.name(of: id) ?? thread.name }
                     thread.hotWindows.append(usage)
                 } else {
                     thread.hotWindows.removeAll()
@@ -226,7 +228,8 @@ private final class CPUScanner: @unchecked Sendable {
         }
         monitor.emit(
             CPUReport(
-                threadName: name, threadID: id, usage: usage, window: monitor.window, stacks: sampler.samples(),
+                // The name now: a thread may have named itself after it was first seen.
+                threadName: ProcessThreads.name(of: id) ?? name, threadID: id, usage: usage, window: monitor.window, stacks: sampler.samples(),
                 captureError: sampler.sampleCount == 0 ? sampler.lastError?.description : nil))
     }
 }

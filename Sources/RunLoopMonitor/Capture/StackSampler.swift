@@ -43,6 +43,18 @@ struct StackSampler {
         }
     }
 
+    /// Under ThreadSanitizer the handler does not run where the signal arrived but where the
+    /// sanitizer's runtime delivers it (its next interceptor or atomic operation), below frames of
+    /// its own: those frames and the handler's are dropped, so the stack starts at the sanitizer's
+    /// entry point in the application's code.
+    static func withoutSanitizerDelivery(_ frames: [StackFrame]) -> [StackFrame] {
+        guard let last = frames.lastIndex(where: { frame in
+            guard let symbol = frame.symbol else { return false }
+            return symbol.hasPrefix("__tsan::ProcessPendingSignals") || symbol.contains("CallUserSignalHandler")
+        }) else { return frames }
+        return Array(frames[(last + 1)...])
+    }
+
     private mutating func record(_ stack: [UInt64]) {
         sampleCount += 1
         if let count = counts[stack] {
@@ -60,7 +72,7 @@ struct StackSampler {
         var merged: [[String]: Int] = [:]
         var result: [StackSample] = []
         for stack in order {
-            let frames = Symbolicator.shared.frames(for: stack)
+            let frames = Self.withoutSanitizerDelivery(Symbolicator.shared.frames(for: stack))
             let key = frames.map { $0.symbol ?? "\($0.image)+\($0.imageOffset)" }
             if let index = merged[key] {
                 result[index].count += counts[stack]!

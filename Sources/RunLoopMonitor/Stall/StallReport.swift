@@ -78,14 +78,20 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// Whether ``StallMonitor/stop()`` ended the report before the loop moved on.
     public var isCutShort: Bool { endReason == .monitorStopped }
 
-    /// The innermost named frame of the most frequent stack that is not the C library's or the
-    /// Swift runtime's: where the loop was stuck, in a word.
+    /// The innermost named frame of the most frequent stack that is not the C library's, the
+    /// Swift runtime's or a sanitizer's: where the loop was stuck, in a word.
     public var stuckIn: String? {
         guard let frames = stacks.first?.frames else { return nil }
         let named = frames.compactMap { frame -> String? in
             guard let symbol = frame.symbol else { return nil }
             let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
             if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return nil }
+            // A sanitizer's runtime, linked into the executable in sanitized builds.
+            // The Swift runtime's C entry points (swift_get_time…), wherever they are linked.
+            for prefix in ["__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_"]
+            where symbol.hasPrefix(prefix) {
+                return nil
+            }
             return symbol
         }
         return named.first ?? frames.first?.summary
