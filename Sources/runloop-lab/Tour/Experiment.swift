@@ -20,5 +20,7 @@ enum Tour {
         MainQueueOnTheMainLoop(),
         TimerPitfalls(),
         KeepAliveThreads(),
+        LagMonitorSideBySide(),
+        HotThread(),
     ]
 }
