@@ -241,9 +241,9 @@ struct LagMonitorSideBySide: Experiment {
         }
         if let worst = lateness.max(), worst > .milliseconds(20) {
             text +=
-                " A .began reached the handler up to \(Trace.ms(worst)) after its report was made: the monitor "
-                + "symbolicates the first stack on its own thread first (slow on first use in a debug build), "
-                + "and takes no sample meanwhile."
+                " A .began reached the handler up to \(Trace.ms(worst)) after its report was made: the "
+                + "reporting thread symbolicates the stack first (slow on first use in a debug build); the "
+                + "sampling thread goes on sampling meanwhile."
         }
         Out.conclusion(text)
     }
