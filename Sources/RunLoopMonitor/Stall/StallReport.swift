@@ -78,23 +78,29 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// Whether ``StallMonitor/stop()`` ended the report before the loop moved on.
     public var isCutShort: Bool { endReason == .monitorStopped }
 
-    /// The innermost named frame of the most frequent stack that is not the C library's, the
-    /// Swift runtime's or a sanitizer's: where the loop was stuck, in a word.
+    /// Where the loop was stuck, in a word: in the most frequent stack, the innermost frame of the
+    /// application's own code (named, with a source file that is not the Swift toolchain's: a
+    /// standard-library function specialized into the binary is not blamed), else the innermost
+    /// named frame outside the C library, the Swift runtime and a sanitizer's runtime.
     public var stuckIn: String? {
         guard let frames = stacks.first?.frames else { return nil }
-        let named = frames.compactMap { frame -> String? in
-            guard let symbol = frame.symbol else { return nil }
+        let candidates = frames.filter { frame in
+            guard let symbol = frame.symbol else { return false }
             let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
-            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return nil }
-            // A sanitizer's runtime, linked into the executable in sanitized builds.
-            // The Swift runtime's C entry points (swift_get_time…), wherever they are linked.
+            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return false }
+            // A sanitizer's runtime (linked into the executable in sanitized builds) and the Swift
+            // runtime's C entry points (swift_get_time…), wherever they are linked.
             for prefix in ["__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_"]
             where symbol.hasPrefix(prefix) {
-                return nil
+                return false
             }
-            return symbol
+            return true
         }
-        return named.first ?? frames.first?.summary
+        let ownCode = candidates.first { frame in
+            guard let file = frame.file else { return false }
+            return !file.contains("/swift/stdlib/") && !file.contains("<compiler-generated>") && !file.hasPrefix("/usr/")
+        }
+        return (ownCode ?? candidates.first)?.symbol ?? frames.first?.summary
     }
 
     /// A report with every field given.
