@@ -140,7 +140,8 @@ extension RunLoopMonitorSuites {
         #expect(counter.totalValue == 1)
         let timer = try testMetrics.expectTimer(MonitorReporting.MetricName.stallDuration, [("thread", "metered-loop")])
         #expect(timer.values.count == 1)
-        #expect((timer.values.first ?? 0) >= 200_000_000)
+        // The 200 ms stall, timed to the 20 ms sample interval (plus room for a loaded machine).
+        #expect((timer.values.first ?? 0) >= 130_000_000)
     }
 
     @Test func aSpinningThreadIsFoundByTheCPUMonitorWithItsStack() throws {

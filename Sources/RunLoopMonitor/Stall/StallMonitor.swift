@@ -13,18 +13,19 @@ import Synchronization
 /// One monitor watches every loop given to it, with two threads: `rlk.stallmon` looks at the
 /// loops and samples stacks, `rlk.stallrep` symbolicates them and delivers the reports (the
 /// handler runs there), so that symbolication never delays a sample. A process usually needs one
-/// monitor for all its loops. The sampling thread reads each loop's published
-/// state (phase, iteration generation, the time it started working: `RunLoop.phaseSnapshot`):
-/// the loop itself runs no callback, posts no semaphore and allocates nothing for the monitor; it
-/// reads the clock at each phase change while watched (see BENCHMARKS.md for the cost).
+/// monitor for all its loops. The sampling thread reads the phase word each loop publishes anyway
+/// (phase and iteration generation, `RunLoop.phaseSnapshot`): the loop runs no callback, posts
+/// no semaphore, reads no clock and allocates nothing for the monitor (see BENCHMARKS.md).
 ///
 /// - A **stall**: the loop has been busy (in any phase but `RunLoop.Phase.waiting`) within one
 ///   iteration for longer than `threshold`. A loop asleep in the kernel is never stalled; a loop
 ///   that is not running is not watched; a nested run's passes are iterations of their own.
-/// - **When**: `.began` comes within `threshold` + one `sampleInterval` of the stall's start (the
-///   monitor looks at least every `sampleInterval`, and at the exact moment the threshold passes
-///   for a loop it saw busy); `.ended` comes within one `sampleInterval` of the loop moving on,
-///   with the total duration.
+/// - **When**: the monitor looks at every loop once per `sampleInterval`; a pass is timed from the
+///   first look that saw it busy (or from the loop's own stamp, `busySince`, when something else
+///   holds a `RunLoop.watchPhases()` token). So `.began` comes within `threshold` + one
+///   `sampleInterval` of the stall's start, and durations are exact to one `sampleInterval` (plus
+///   however late the monitor's thread gets a CPU). `.ended` comes within one `sampleInterval` of
+///   the loop moving on, with the total duration.
 /// - **Preparing the thread**: when it first looks at a loop, the monitor performs a block on it
 ///   (in the common modes) that calls ``ThreadStack/prepareCurrentThread()``: a loop thread
 ///   started from a libdispatch worker or a Swift concurrency thread inherits a mask that blocks
@@ -255,12 +256,7 @@ private final class Worker: @unchecked Sendable {
     var watches: [ObjectIdentifier: Watch] = [:]
     var backoff = StallBackoff()
 
-    /// Watches the monitor's loops from now (on the caller of ``StallMonitor/start(_:)``), so that
-    /// their next phases are stamped before the monitor's thread first looks.
-    init(monitor: StallMonitor) {
-        self.monitor = monitor
-        for loop in monitor.loops { watches[ObjectIdentifier(loop)] = Watch(loop: loop, token: loop.watchPhases()) }
-    }
+    init(monitor: StallMonitor) { self.monitor = monitor }
 
     /// How long a sample waits for the stuck thread's handler: the thread must be scheduled to run
     /// it, which on a loaded machine can take longer than a sample interval.
@@ -269,7 +265,6 @@ private final class Worker: @unchecked Sendable {
     /// One watched loop.
     struct Watch {
         let loop: RunLoop
-        let token: RunLoop.InstrumentationToken
         /// The pass the loop was last seen busy in.
         var candidate: Candidate?
         var stall: Stall?
@@ -318,7 +313,7 @@ private final class Worker: @unchecked Sendable {
         for key in watches.keys where !current.contains(key) { watches[key] = nil }
         for loop in loops {
             let key = ObjectIdentifier(loop)
-            if watches[key] == nil { watches[key] = Watch(loop: loop, token: loop.watchPhases()) }
+            if watches[key] == nil { watches[key] = Watch(loop: loop) }
             if let wake = look(at: key) { next = min(next, wake) }
         }
         return next
