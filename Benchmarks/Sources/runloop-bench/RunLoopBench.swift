@@ -18,6 +18,9 @@ func workloads(full: Bool) -> [any Workload] {
         MemoryWorkload(),
         churn,
         MessagePortWorkload(),
+        StallMonitorWorkload(),
+        StackCaptureWorkload(),
+        CPUScanWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)
