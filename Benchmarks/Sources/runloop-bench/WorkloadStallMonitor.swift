@@ -80,16 +80,18 @@ struct StallMonitorWorkload: Workload {
             monitor?.start { _ in }
             let watch = variant == .watchOnly ? loop.watchPhases() : nil
             pass(warmUp)
-            if variant != .off {
-                // The monitor takes its phase watch in its thread's first round; `busySince` is
-                // nil until the loop is watched and has stamped a pass (`since` is nil again once
-                // the run has returned, so it cannot tell).
+            if variant == .watchOnly {
+                // `busySince` is nil until the loop is watched and has stamped a pass.
                 let deadline = cbench_now_ns() + 2_000_000_000
                 while loop.phaseSnapshot.busySince == nil {
-                    precondition(cbench_now_ns() < deadline, "the StallMonitor did not watch the loop within 2 s")
+                    precondition(cbench_now_ns() < deadline, "the phase watch did not stamp within 2 s")
                     usleep(1_000)
                     pass(warmUp)
                 }
+            } else if variant == .monitor {
+                // The monitor reads only the phase word; let its threads start and look once.
+                usleep(2 * 50_000)
+                pass(warmUp)
             }
             let start = cbench_now_ns()
             pass(iterations, counting: true)
