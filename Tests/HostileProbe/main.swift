@@ -132,12 +132,12 @@ final class Slot<Value: Sendable>: Sendable {
     private let value = Mutex<Value?>(nil)
     private let ready = Event()
     func set(_ newValue: Value) {
-        value.withLock { $0 = newValue }
+        value.locked { $0 = newValue }
         ready.fire()
     }
     func wait(seconds: Double) -> Value? {
         guard ready.wait(seconds: seconds) else { return nil }
-        return value.withLock { $0 }
+        return value.locked { $0 }
     }
 }
 
@@ -231,7 +231,7 @@ enum Scenarios {
             let timer = RunLoopTimer(fireAt: .now - .seconds(1e10), interval: .milliseconds(10)) { _ in
                 if fires.increment() == 1 {
                     firstFirePass.store(passes.count, ordering: .relaxed)
-                    firstFireMs.withLock { $0 = millisecondsSince(start) }
+                    firstFireMs.locked { $0 = millisecondsSince(start) }
                 }
             }
             emit("fireDate clamped to creation: \(timer.fireDate >= beforeCreation)")
@@ -240,7 +240,7 @@ enum Scenarios {
             emit("run returned after ms: \(millisecondsSince(start))")
             emit("fires in 105 ms: \(fires.count)")
             emit("first fire in pass: \(firstFirePass.load(ordering: .relaxed))")
-            emit("first fire after ms: \(firstFireMs.withLock { $0 })")
+            emit("first fire after ms: \(firstFireMs.locked { $0 })")
             timer.invalidate()
         }
         emit("loop thread finished: \(thread.join(seconds: 10))")
@@ -261,7 +261,7 @@ enum Scenarios {
                 guard set != 0 else { return }
                 let sinceSet = crlk_boottime_ns() - set
                 if sinceSet <= 105_000_000 {
-                    if firesInWindow.increment() == 1 { firstFireMs.withLock { $0 = Double(sinceSet) / 1e6 } }
+                    if firesInWindow.increment() == 1 { firstFireMs.locked { $0 = Double(sinceSet) / 1e6 } }
                 }
                 if sinceSet >= 150_000_000 {
                     timer.invalidate()
@@ -284,7 +284,7 @@ enum Scenarios {
         emit("fireDate clamped to the set: \(timer.fireDate >= beforeSet)")
         emit("loop thread finished: \(thread.join(seconds: 6))")
         emit("fires within 105 ms of the set: \(firesInWindow.count)")
-        emit("first fire after the set ms: \(firstFireMs.withLock { $0 })")
+        emit("first fire after the set ms: \(firstFireMs.locked { $0 })")
     }
 
     /// Ends a thread running `while !stopped { run(mode:before:) }` and says whether it finished.
@@ -462,16 +462,16 @@ enum Scenarios {
                             if progress.done { RunLoop.current.stop() }
                         }
                     }
-                    loops.withLock { $0.append((loop, progress)) }
+                    loops.locked { $0.append((loop, progress)) }
                     while !progress.done && !abort.load(ordering: .acquiring) {
                         loop.run(mode: .default, before: .distantFuture)
                     }
                     finished.increment()
                 })
         }
-        let allPublished = poll(seconds: 10) { loops.withLock { $0.count } == threadCount }
-        emit("threads with a loop: \(loops.withLock { $0.count })")
-        for (loop, progress) in loops.withLock({ $0 }) {
+        let allPublished = poll(seconds: 10) { loops.locked { $0.count } == threadCount }
+        emit("threads with a loop: \(loops.locked { $0.count })")
+        for (loop, progress) in loops.locked({ $0 }) {
             for _ in 0..<5 {
                 loop.perform {
                     blocksRun.increment()
@@ -483,7 +483,7 @@ enum Scenarios {
         let allDone = allPublished && poll(seconds: 6) { finished.count == threadCount }
         if !allDone {
             abort.store(true, ordering: .releasing)
-            for (loop, _) in loops.withLock({ $0 }) {
+            for (loop, _) in loops.locked({ $0 }) {
                 loop.stop()
                 loop.wakeUp()
             }
@@ -685,24 +685,24 @@ enum Scenarios {
                 var ends: [Int32] = [0, 0]
                 pipe(&ends)
                 let reader = try! FileDescriptorSource(descriptor: ends[0], ownsDescriptor: true) { source, _ in
-                    table.items.withLock { _ = $0.contains { $0 === source } }
+                    table.items.locked { _ = $0.contains { $0 === source } }
                 }
                 let writer = try! FileDescriptorSource(descriptor: ends[1], watching: [], ownsDescriptor: true) {
-                    source, _ in table.items.withLock { _ = $0.contains { $0 === source } }
+                    source, _ in table.items.locked { _ = $0.contains { $0 === source } }
                 }
-                table.items.withLock { $0 += [reader, writer] }
+                table.items.locked { $0 += [reader, writer] }
                 loop.add(reader, forMode: .default)
                 loop.add(writer, forMode: .common)
             }
-            let port = MessagePort<Int> { _ in table.items.withLock { _ = $0.count } }
-            table.items.withLock { $0.append(port) }
+            let port = MessagePort<Int> { _ in table.items.locked { _ = $0.count } }
+            table.items.locked { $0.append(port) }
             loop.add(port, forMode: .default)
             emit("descriptors opened on the thread: \(test_count_open_fds() - before)")
             loop.run(mode: .default, for: .milliseconds(1))
         }
         emit("thread joined: \(thread.join(seconds: 5))")
         emit("descriptors left after the thread exited: \(test_count_open_fds() - before)")
-        let invalid = table.items.withLock { items in
+        let invalid = table.items.locked { items in
             items.filter { item in
                 if let source = item as? FileDescriptorSource { return !source.isValid }
                 if let port = item as? MessagePort<Int> { return !port.isValid }

@@ -34,11 +34,11 @@ final class EventLog<Event: Sendable>: Sendable {
     private let arrived = DispatchSemaphore(value: 0)
 
     func append(_ event: Event) {
-        events.withLock { $0.append(event) }
+        events.locked { $0.append(event) }
         arrived.signal()
     }
 
-    var all: [Event] { events.withLock { $0 } }
+    var all: [Event] { events.locked { $0 } }
 
     /// Waits until `count` events arrived or `timeout` passed; returns them.
     func wait(for count: Int, timeout: Duration = .seconds(10)) -> [Event] {
@@ -111,8 +111,8 @@ func runMonitorProbe(_ arguments: [String], timeout: Duration = .seconds(60)) th
     let outData = Mutex(Data())
     let errData = Mutex(Data())
     let readers = DispatchGroup()
-    DispatchQueue.global().async(group: readers) { let d = out.fileHandleForReading.readDataToEndOfFile(); outData.withLock { $0 = d } }
-    DispatchQueue.global().async(group: readers) { let d = err.fileHandleForReading.readDataToEndOfFile(); errData.withLock { $0 = d } }
+    DispatchQueue.global().async(group: readers) { let d = out.fileHandleForReading.readDataToEndOfFile(); outData.locked { $0 = d } }
+    DispatchQueue.global().async(group: readers) { let d = err.fileHandleForReading.readDataToEndOfFile(); errData.locked { $0 = d } }
     let deadline = ContinuousClock.now + timeout
     while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
     if process.isRunning { kill(process.processIdentifier, SIGKILL) }
@@ -120,8 +120,8 @@ func runMonitorProbe(_ arguments: [String], timeout: Duration = .seconds(60)) th
     readers.wait()
     let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
     return (
-        status, String(decoding: outData.withLock { $0 }, as: UTF8.self),
-        String(decoding: errData.withLock { $0 }, as: UTF8.self)
+        status, String(decoding: outData.locked { $0 }, as: UTF8.self),
+        String(decoding: errData.locked { $0 }, as: UTF8.self)
     )
 }
 

@@ -2,6 +2,7 @@ import CRunLoopMonitor
 import Glibc
 import Logging
 import Metrics
+import RunLoopKit
 import Synchronization
 
 /// What a ``CPUMonitor`` reports.
@@ -85,28 +86,28 @@ public final class CPUMonitor: Sendable {
 
     /// Starts the monitor's thread; `handler` runs on it. Once.
     public func start(_ handler: @escaping @Sendable (CPUEvent) -> Void) {
-        let first = state.withLock { state -> Bool in
+        let first = state.locked { state -> Bool in
             defer { state.handler = handler }
             return state.handler == nil
         }
         precondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
         try? ThreadStack.install()
         let scanner = CPUScanner(monitor: self)
-        thread.withLock { $0 = MonitorThread(name: "rlk.cpumon") { scanner.run() } }
+        thread.locked { $0 = MonitorThread(name: "rlk.cpumon") { scanner.run() } }
     }
 
     /// Stops the monitor and waits for its thread (returns at once from inside the handler). Any
     /// thread; later calls do nothing.
     public func stop() {
-        state.withLock { $0.stopping = true }
-        guard let thread = thread.withLock({ $0 }) else { return }
+        state.locked { $0.stopping = true }
+        guard let thread = thread.locked({ $0 }) else { return }
         thread.wake()
         if thread.isCurrent { thread.detach() } else { thread.join() }
     }
 
-    fileprivate var isStopping: Bool { state.withLock { $0.stopping } }
+    fileprivate var isStopping: Bool { state.locked { $0.stopping } }
 
-    fileprivate func sleep(until deadline: ContinuousClock.Instant) { thread.withLock { $0 }?.sleep(until: deadline) }
+    fileprivate func sleep(until deadline: ContinuousClock.Instant) { thread.locked { $0 }?.sleep(until: deadline) }
 
     fileprivate func emit(_ report: CPUReport) {
         logger?.warning(
@@ -116,7 +117,7 @@ public final class CPUMonitor: Sendable {
                 "cpu_percent": "\(Int(report.averageUsage * 100))", "hot_in": "\(report.hotIn ?? "?")",
             ])
         Counter(label: MonitorReporting.MetricName.cpuHot, dimensions: [("thread", report.threadName)]).increment()
-        state.withLock { $0.handler }?(.hot(report))
+        state.locked { $0.handler }?(.hot(report))
     }
 }
 

@@ -1,5 +1,6 @@
 import CRunLoopMonitor
 @_spi(Internal) import Runtime
+import RunLoopKit
 import Synchronization
 
 /// Turns addresses into frames, off the captured thread, with a cache per address.
@@ -29,7 +30,7 @@ final class Symbolicator: Sendable {
     /// The frames of `addresses` (the first the interrupted instruction, the others return
     /// addresses); inlined functions give extra frames at the same address.
     func frames(for addresses: [UInt64]) -> [StackFrame] {
-        state.withLock { state in
+        state.locked { state in
             let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
             if !missing.isEmpty { resolve(missing.map { ($1, $0 == 0) }, &state) }
             return addresses.enumerated().flatMap { index, address in

@@ -1,5 +1,6 @@
 import CRunLoopMonitor
 import Glibc
+import RunLoopKit
 import Synchronization
 
 /// Captures the stack of any thread of the process, as it is now.
@@ -141,7 +142,7 @@ final class CaptureEngine: Sendable {
     private let state = Mutex(State())
 
     func install() throws(ThreadStackError) {
-        try state.withLock { state throws(ThreadStackError) in try Self.install(&state) }
+        try state.locked { state throws(ThreadStackError) in try Self.install(&state) }
     }
 
     private static func install(_ state: inout State) throws(ThreadStackError) {
@@ -186,7 +187,7 @@ final class CaptureEngine: Sendable {
     }
 
     func capture(threadID: Int32, timeout: Duration) throws(ThreadStackError) -> RawStack {
-        try state.withLock { state throws(ThreadStackError) -> RawStack in
+        try state.locked { state throws(ThreadStackError) -> RawStack in
             try Self.install(&state)
             var count: Int32 = 0
             var method: Int32 = 0

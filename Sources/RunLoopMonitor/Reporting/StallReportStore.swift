@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import RunLoopKit
 import Synchronization
 
 /// Stall reports on disk, as JSON lines, so that a hang that ends in a kill is found at the next
@@ -110,7 +111,7 @@ public final class StallReportStore: Sendable {
 
     /// Flushes the file to the disk (`fsync`).
     public func synchronize() throws {
-        try lock.withLock { _ in
+        try lock.locked { _ in
             let fd = open(fileURL.path, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
             defer { close(fd) }
@@ -123,7 +124,7 @@ public final class StallReportStore: Sendable {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         var data = try encoder.encode(line)
         data.append(0x0A)
-        try lock.withLock { _ in
+        try lock.locked { _ in
             rotateIfNeeded()
             let fd = open(fileURL.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
@@ -152,7 +153,7 @@ public final class StallReportStore: Sendable {
         let decoder = JSONDecoder()
         var lines: [Line] = []
         for url in [previousFileURL, fileURL] {
-            guard let data = lock.withLock({ _ in try? Data(contentsOf: url) }) else { continue }
+            guard let data = lock.locked({ _ in try? Data(contentsOf: url) }) else { continue }
             // A line cut short by a crash mid-write is skipped, not fatal.
             for slice in data.split(separator: 0x0A) {
                 if let line = try? decoder.decode(Line.self, from: Data(slice)) { lines.append(line) }

@@ -1,5 +1,6 @@
 import CRunLoopMonitor
 import Glibc
+import RunLoopKit
 import Synchronization
 
 /// A named thread that runs `body` once, which sleeps between rounds on a condition variable that
@@ -55,7 +56,7 @@ final class MonitorThread: Sendable {
             return nil
         }, box.toOpaque())
         precondition(result == 0, "RunLoopMonitor: cannot start the monitor thread '\(name)' (pthread_create: \(result))")
-        handle.withLock { $0 = thread }
+        handle.locked { $0 = thread }
     }
 
     /// Whether the caller is this thread.
@@ -96,7 +97,7 @@ final class MonitorThread: Sendable {
 
     /// Waits for the thread to finish; once (later calls return at once). Not on the thread itself.
     func join() {
-        guard let thread = handle.withLock({ handle -> pthread_t? in
+        guard let thread = handle.locked({ handle -> pthread_t? in
             defer { handle = nil }
             return handle
         }) else { return }
@@ -106,7 +107,7 @@ final class MonitorThread: Sendable {
     /// Lets the thread end on its own (after a ``join()`` was refused because the caller is the
     /// thread itself).
     func detach() {
-        guard let thread = handle.withLock({ handle -> pthread_t? in
+        guard let thread = handle.locked({ handle -> pthread_t? in
             defer { handle = nil }
             return handle
         }) else { return }

@@ -110,13 +110,13 @@ public final class StallMonitor: Sendable {
 
     /// Watches `loop` too, from the next look on. Any thread, before or after ``start(_:)``.
     public func watch(_ loop: RunLoop) {
-        let added = shared.withLock { shared -> Bool in
+        let added = shared.locked { shared -> Bool in
             guard !shared.loops.contains(loop) else { return false }
             shared.loops.append(loop)
             return shared.started
         }
         if added { Self.prepare(loop) }
-        thread.withLock { $0 }?.wake()
+        thread.locked { $0 }?.wake()
     }
 
     /// On the loop's thread, at its next pass in a common mode (before blocks performed after this
@@ -129,7 +129,7 @@ public final class StallMonitor: Sendable {
     /// Starts the monitor's threads; `handler` is called on its reporting thread (`rlk.stallrep`)
     /// for each event, in order. Once: a second call is a precondition failure.
     public func start(_ handler: @escaping @Sendable (StallEvent) -> Void) {
-        let first = shared.withLock { shared -> Bool in
+        let first = shared.locked { shared -> Bool in
             defer { shared.started = true; shared.handler = handler }
             return !shared.started
         }
@@ -137,11 +137,11 @@ public final class StallMonitor: Sendable {
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
         for loop in loops { Self.prepare(loop) }
         let worker = Worker(monitor: self)
-        reporter.withLock { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
-        thread.withLock { $0 = MonitorThread(name: "rlk.stallmon") { [self] in
+        reporter.locked { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
+        thread.locked { $0 = MonitorThread(name: "rlk.stallmon") { [self] in
             worker.run()
-            shared.withLock { $0.samplerDone = true }
-            reporter.withLock { $0 }?.wake()
+            shared.locked { $0.samplerDone = true }
+            reporter.locked { $0 }?.wake()
         } }
     }
 
@@ -150,8 +150,8 @@ public final class StallMonitor: Sendable {
     /// once, and the threads exit after the handler (the cut-short report still comes). Any
     /// thread; later calls do nothing.
     public func stop() {
-        shared.withLock { $0.stopping = true }
-        guard let sampling = thread.withLock({ $0 }), let reporting = reporter.withLock({ $0 }) else { return }
+        shared.locked { $0.stopping = true }
+        guard let sampling = thread.locked({ $0 }), let reporting = reporter.locked({ $0 }) else { return }
         sampling.wake()
         if reporting.isCurrent {
             sampling.detach()
@@ -169,7 +169,7 @@ public final class StallMonitor: Sendable {
         // Load the symbol tables now: the first symbolication of a large binary takes a while.
         if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = ThreadStack.symbolicate(own) }
         while true {
-            let (batch, done) = shared.withLock { shared in
+            let (batch, done) = shared.locked { shared in
                 defer { shared.pending.removeAll() }
                 return (shared.pending, shared.samplerDone)
             }
@@ -180,15 +180,15 @@ public final class StallMonitor: Sendable {
             }
             if batch.isEmpty {
                 if done { return }
-                reporter.withLock { $0 }?.sleep(until: .now + .seconds(3600))
+                reporter.locked { $0 }?.sleep(until: .now + .seconds(3600))
             }
         }
     }
 
     /// Hands an event to the reporting thread (sampling thread).
     fileprivate func enqueue(ended: Bool, _ report: StallReport, _ sampler: StackSampler) {
-        shared.withLock { $0.pending.append((ended, report, sampler)) }
-        reporter.withLock { $0 }?.wake()
+        shared.locked { $0.pending.append((ended, report, sampler)) }
+        reporter.locked { $0 }?.wake()
     }
 
     deinit {
@@ -198,9 +198,9 @@ public final class StallMonitor: Sendable {
 
     // MARK: The monitor's thread
 
-    fileprivate var isStopping: Bool { shared.withLock { $0.stopping } }
-    fileprivate var loops: [RunLoop] { shared.withLock { $0.loops } }
-    fileprivate func forget(_ loop: RunLoop) { shared.withLock { $0.loops.removeAll { $0 === loop } } }
+    fileprivate var isStopping: Bool { shared.locked { $0.stopping } }
+    fileprivate var loops: [RunLoop] { shared.locked { $0.loops } }
+    fileprivate func forget(_ loop: RunLoop) { shared.locked { $0.loops.removeAll { $0 === loop } } }
 
     fileprivate func emit(_ event: StallEvent) {
         let report = event.report
@@ -227,7 +227,7 @@ public final class StallMonitor: Sendable {
                 logger?.error("cannot write the stall report to \(store.fileURL.path): \(error)")
             }
         }
-        shared.withLock { $0.handler }?(event)
+        shared.locked { $0.handler }?(event)
     }
 
     fileprivate func countStall(_ report: StallReport, suppressed: Bool) {
@@ -459,6 +459,6 @@ private enum MonitorThreadSleep {
 extension StallMonitor {
     fileprivate func sleepOnThread(until deadline: ContinuousClock.Instant) {
         // (The sampling thread's sleep.)
-        thread.withLock { $0 }?.sleep(until: deadline)
+        thread.locked { $0 }?.sleep(until: deadline)
     }
 }
