@@ -59,7 +59,7 @@ public final class CPUMonitor: Sendable {
     public let coolDown: Duration
 
     private let logger: Logger?
-    private let state = Mutex<(stopping: Bool, handler: (@Sendable (CPUEvent) -> Void)?)>((false, nil))
+    private let state = Mutex<(stopping: Bool, started: Bool, handler: (@Sendable (CPUEvent) -> Void)?)>((false, false, nil))
     private let thread = Mutex<MonitorThread?>(nil)
 
     /// A monitor of every thread of the process.
@@ -87,13 +87,23 @@ public final class CPUMonitor: Sendable {
     /// Starts the monitor's thread; `handler` runs on it. Once.
     public func start(_ handler: @escaping @Sendable (CPUEvent) -> Void) {
         let first = state.locked { state -> Bool in
-            defer { state.handler = handler }
-            return state.handler == nil
+            defer { state.handler = handler; state.started = true }
+            return !state.started
         }
         precondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
         try? ThreadStack.install()
         let scanner = CPUScanner(monitor: self)
-        thread.locked { $0 = MonitorThread(name: "rlk.cpumon") { scanner.run() } }
+        thread.locked {
+            $0 = MonitorThread(name: "rlk.cpumon") { [self] in
+                scanner.run()
+                // Let go of the handler: one that captures the monitor would keep both alive.
+                let handler = state.locked { state in
+                    defer { state.handler = nil }
+                    return state.handler
+                }
+                _ = consume handler
+            }
+        }
     }
 
     /// Stops the monitor and waits for its thread (returns at once from inside the handler). Any

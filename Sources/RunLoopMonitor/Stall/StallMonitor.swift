@@ -179,7 +179,16 @@ public final class StallMonitor: Sendable {
                 emit(item.ended ? .ended(report) : .began(report))
             }
             if batch.isEmpty {
-                if done { return }
+                if done {
+                    // Let go of the handler: one that captures the monitor (to stop it) would
+                    // otherwise keep both alive forever.
+                    let handler = shared.locked { shared in
+                        defer { shared.handler = nil }
+                        return shared.handler
+                    }
+                    _ = consume handler
+                    return
+                }
                 reporter.locked { $0 }?.sleep(until: .now + .seconds(3600))
             }
         }
