@@ -53,7 +53,7 @@ extension Duration {
     ///
     /// - Complexity: O(1).
     @inline(__always)
-    var saturatedNanoseconds: Int64 {
+    package var saturatedNanoseconds: Int64 {
         let atto = attoseconds
         let magnitude = atto.magnitude
         let high = UInt64(truncatingIfNeeded: magnitude >> 64)

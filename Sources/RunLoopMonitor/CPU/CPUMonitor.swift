@@ -29,14 +29,8 @@ public struct CPUReport: Sendable, Codable, Hashable {
     /// The mean of ``usage``.
     public var averageUsage: Double { usage.isEmpty ? 0 : usage.reduce(0, +) / Double(usage.count) }
 
-    /// The innermost named frame of the most frequent stack outside the C library and the Swift
-    /// runtime.
-    public var hotIn: String? {
-        StallReport(
-            id: "", processID: 0, threadName: "", threadID: 0, mode: "", phase: "", startedAt: .init(), duration: .zero,
-            threadCPUTime: .zero, cpuMeasuredOver: .zero, stacks: stacks, sampleCount: 0
-        ).stuckIn
-    }
+    /// Where the thread was spinning, in a word: the same rule as ``StallReport/stuckIn``.
+    public var hotIn: String? { StackSample.culprit(in: stacks) }
 }
 
 /// Finds threads that keep a CPU busy: every `window` it reads each thread's CPU clock, and a
@@ -243,9 +237,4 @@ private final class CPUScanner: @unchecked Sendable {
                 threadName: ProcessThreads.name(of: id) ?? name, threadID: id, usage: usage, window: monitor.window, stacks: sampler.samples(),
                 captureError: sampler.sampleCount == 0 ? sampler.lastError?.description : nil))
     }
-}
-
-extension ProcessThreads {
-    /// The calling thread's kernel id.
-    static var ownID: Int32 { crlm_gettid() }
 }

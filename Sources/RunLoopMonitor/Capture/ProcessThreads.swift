@@ -19,6 +19,9 @@ enum ProcessThreads {
         return ids
     }
 
+    /// The calling thread's kernel id.
+    static var ownID: Int32 { crlm_gettid() }
+
     /// The thread's name (`/proc/self/task/<tid>/comm`), nil when the thread is gone.
     static func name(of threadID: Int32) -> String? {
         guard let text = read("/proc/self/task/\(threadID)/comm") else { return nil }

@@ -76,6 +76,32 @@ public struct StackSample: Sendable, Codable, Hashable {
         self.count = count
         self.frames = frames
     }
+
+    /// Where a thread was, in a word: in the first (most frequent) of `stacks`, the innermost
+    /// frame of the application's own code (named, with a source file that is not the Swift
+    /// toolchain's: a standard-library function specialized into the binary is not blamed), else
+    /// the innermost named frame outside the C library, the Swift runtime and a sanitizer's
+    /// runtime. What ``StallReport/stuckIn`` and ``CPUReport/hotIn`` say.
+    static func culprit(in stacks: [StackSample]) -> String? {
+        guard let frames = stacks.first?.frames else { return nil }
+        let candidates = frames.filter { frame in
+            guard let symbol = frame.symbol else { return false }
+            let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
+            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return false }
+            // A sanitizer's runtime (linked into the executable in sanitized builds) and the Swift
+            // runtime's C entry points (swift_get_time…), wherever they are linked.
+            for prefix in ["__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_"]
+            where symbol.hasPrefix(prefix) {
+                return false
+            }
+            return true
+        }
+        let ownCode = candidates.first { frame in
+            guard let file = frame.file else { return false }
+            return !file.contains("/swift/stdlib/") && !file.contains("<compiler-generated>") && !file.hasPrefix("/usr/")
+        }
+        return (ownCode ?? candidates.first)?.symbol ?? frames.first?.summary
+    }
 }
 
 /// A stack as the signal handler wrote it: addresses only, before symbolication.

@@ -192,7 +192,8 @@ final class CaptureEngine: Sendable {
             var count: Int32 = 0
             var method: Int32 = 0
             var error: Int32 = 0
-            let timeoutNs = max(1_000_000, timeout.nanosecondsClamped)
+            // At least 1 ms; at most half of Int64 (the C side adds it to a clock reading).
+            let timeoutNs = min(max(1_000_000, timeout.saturatedNanoseconds), Int64.max / 2)
             let result = crlm_capture(
                 threadID, timeoutNs, min(timeoutNs, 5_000_000), state.buffer, CRLM_MAX_FRAMES, &count, &method, &error)
             switch Int(result) {
@@ -211,15 +212,5 @@ final class CaptureEngine: Sendable {
                 throw .sendFailed(threadID: threadID, errno: error)
             }
         }
-    }
-}
-
-extension Duration {
-    /// Whole nanoseconds, clamped to Int64 (a huge duration is "forever", a negative one zero).
-    var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        if seconds >= Int64.max / 1_000_000_000 - 1 { return Int64.max / 2 }
-        if seconds < 0 { return 0 }
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 }

@@ -74,7 +74,7 @@ final class MonitorThread: Sendable {
         if remaining > .zero {
             var now = timespec()
             clock_gettime(CLOCK_MONOTONIC, &now)
-            let ns = Int(min(remaining.nanosecondsClamped, 3_600_000_000_000))
+            let ns = Int(min(remaining.saturatedNanoseconds, 3_600_000_000_000))
             var end = timespec(tv_sec: now.tv_sec + ns / 1_000_000_000, tv_nsec: now.tv_nsec + ns % 1_000_000_000)
             if end.tv_nsec >= 1_000_000_000 {
                 end.tv_sec += 1

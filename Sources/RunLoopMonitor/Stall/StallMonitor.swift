@@ -200,11 +200,6 @@ public final class StallMonitor: Sendable {
         reporter.locked { $0 }?.wake()
     }
 
-    deinit {
-        // A monitor dropped without stop(): its worker holds it strongly while running, so this
-        // runs only when never started or already stopped.
-    }
-
     // MARK: The monitor's thread
 
     fileprivate var isStopping: Bool { shared.locked { $0.stopping } }
@@ -229,7 +224,7 @@ public final class StallMonitor: Sendable {
         }
         if case .ended = event {
             Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("thread", report.threadName)])
-                .recordNanoseconds(report.duration.nanosecondsClamped)
+                .recordNanoseconds(report.duration.saturatedNanoseconds)
         }
         if let store {
             do { try store.record(event) } catch {
@@ -304,7 +299,7 @@ private final class Worker: @unchecked Sendable {
     func run() {
         while !monitor.isStopping {
             let next = round()
-            monitor.isStopping ? () : MonitorThreadSleep.sleep(monitor, until: next)
+            if !monitor.isStopping { monitor.sleepOnThread(until: next) }
         }
         // Stalls still going get their end, marked cut short.
         for (key, watch) in watches {
@@ -424,7 +419,7 @@ private final class Worker: @unchecked Sendable {
             monitor.enqueue(ended: true, final, stall.sampler)
         } else {
             Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("thread", final.threadName)])
-                .recordNanoseconds(final.duration.nanosecondsClamped)
+                .recordNanoseconds(final.duration.saturatedNanoseconds)
         }
     }
 }
@@ -458,16 +453,9 @@ struct StallBackoff {
     }
 }
 
-/// The monitor's sleep between rounds (its thread's condition variable).
-private enum MonitorThreadSleep {
-    static func sleep(_ monitor: StallMonitor, until deadline: ContinuousClock.Instant) {
-        monitor.sleepOnThread(until: deadline)
-    }
-}
-
 extension StallMonitor {
+    /// The sampling thread's sleep between rounds, which stop() and watch(_:) cut short.
     fileprivate func sleepOnThread(until deadline: ContinuousClock.Instant) {
-        // (The sampling thread's sleep.)
         thread.locked { $0 }?.sleep(until: deadline)
     }
 }

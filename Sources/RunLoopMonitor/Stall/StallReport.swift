@@ -1,4 +1,5 @@
 import Foundation
+import RunLoopKit
 
 /// What a ``StallMonitor`` reports: a stall begins, then ends.
 public enum StallEvent: Sendable {
@@ -82,26 +83,7 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// application's own code (named, with a source file that is not the Swift toolchain's: a
     /// standard-library function specialized into the binary is not blamed), else the innermost
     /// named frame outside the C library, the Swift runtime and a sanitizer's runtime.
-    public var stuckIn: String? {
-        guard let frames = stacks.first?.frames else { return nil }
-        let candidates = frames.filter { frame in
-            guard let symbol = frame.symbol else { return false }
-            let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
-            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return false }
-            // A sanitizer's runtime (linked into the executable in sanitized builds) and the Swift
-            // runtime's C entry points (swift_get_time…), wherever they are linked.
-            for prefix in ["__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_"]
-            where symbol.hasPrefix(prefix) {
-                return false
-            }
-            return true
-        }
-        let ownCode = candidates.first { frame in
-            guard let file = frame.file else { return false }
-            return !file.contains("/swift/stdlib/") && !file.contains("<compiler-generated>") && !file.hasPrefix("/usr/")
-        }
-        return (ownCode ?? candidates.first)?.symbol ?? frames.first?.summary
-    }
+    public var stuckIn: String? { StackSample.culprit(in: stacks) }
 
     /// A report with every field given.
     public init(
@@ -162,9 +144,9 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encode(mode, forKey: .mode)
         try c.encode(phase, forKey: .phase)
         try c.encode(startedAt.timeIntervalSince1970, forKey: .startedAt)
-        try c.encode(duration.nanosecondsClamped, forKey: .durationNs)
-        try c.encode(threadCPUTime.nanosecondsClamped, forKey: .threadCPUTimeNs)
-        try c.encode(cpuMeasuredOver.nanosecondsClamped, forKey: .cpuMeasuredOverNs)
+        try c.encode(duration.saturatedNanoseconds, forKey: .durationNs)
+        try c.encode(threadCPUTime.saturatedNanoseconds, forKey: .threadCPUTimeNs)
+        try c.encode(cpuMeasuredOver.saturatedNanoseconds, forKey: .cpuMeasuredOverNs)
         try c.encode(stacks, forKey: .stacks)
         try c.encode(sampleCount, forKey: .sampleCount)
         try c.encodeIfPresent(endReason, forKey: .endReason)
