@@ -2,8 +2,19 @@
 // addresses into a preallocated buffer while the capturing thread waits on a futex.
 //
 // The handler is async-signal-safe: it saves errno, allocates nothing, takes no lock, and calls
-// only backtrace() (glibc 2.36 + libgcc 12 unwind through the lock-free _dl_find_object; the
-// first call, which loads libgcc_s, is made at install), clock_gettime and syscall(futex).
+// only the bounded CFI walk (unwind.c: _dl_find_object, process_vm_readv), clock_gettime,
+// syscall(futex) and, where that walk is unavailable, backtrace() (glibc 2.36 + libgcc 12
+// unwind through the lock-free _dl_find_object; the first call, which loads libgcc_s, is made
+// at install).
+// How a stack is unwound, first that applies:
+//   1. the frame-pointer chain: a registered thread interrupted in the main executable, when the
+//      calibration found the chain matching the tables (the fast path);
+//   2. the bounded CFI walk: every thread on x86-64 (reads only the registered stack, or through
+//      process_vm_readv when no bounds are registered);
+//   3. the frame-pointer chain of a registered thread, when the CFI walk found no caller (code
+//      without tables, such as JIT code);
+//   4. glibc backtrace(): other architectures, or no bounds and no process_vm_readv (seccomp).
+//      libgcc trusts the tables blindly and can fault where they are wrong (see unwind.c).
 // Protocol (one capture at a time, serialized by the Swift caller):
 //   capturer: target = tid; armed = seq (release); tgkill; futex-wait on done == seq.
 //   handler:  if armed is seq and target is me, claim it (CAS seq -> seq|CLAIMED), unwind, then
@@ -38,11 +49,13 @@ static _Atomic bool g_calibrating;
 static uint64_t g_seq;
 static uint64_t g_frames[CRLM_MAX_FRAMES];
 static uint64_t g_fp_frames[CRLM_MAX_FRAMES];
-static int g_count, g_fp_count, g_method;
+static uint64_t g_cfi_frames[CRLM_MAX_FRAMES];
+static int g_count, g_fp_count, g_cfi_count, g_method;
 static _Atomic int64_t g_sent_ns, g_handled_ns;
 static int64_t g_last_latency_ns;
 
 static _Atomic bool g_fp_usable;
+static bool g_cfi_usable, g_safe_reads;  // set at install, before the handler
 static uintptr_t g_exe_text_lo, g_exe_text_hi;
 
 static struct { _Atomic pid_t tid; _Atomic uintptr_t lo, hi; } g_threads[MAX_THREADS];
@@ -78,6 +91,20 @@ static void context_registers(void *context, uintptr_t *pc, uintptr_t *fp, uintp
 #endif
 }
 
+/// The interrupted registers in DWARF numbering, for the CFI walk.
+static void context_cfi_registers(void *context, uint64_t registers[CRLM_CFI_REGISTERS]) {
+    memset(registers, 0, CRLM_CFI_REGISTERS * sizeof(uint64_t));
+#if defined(__x86_64__)
+    static const int order[CRLM_CFI_REGISTERS] = {REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI,
+                                                  REG_RBP, REG_RSP, REG_R8,  REG_R9,  REG_R10, REG_R11,
+                                                  REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+    ucontext_t *uc = (ucontext_t *)context;
+    for (int i = 0; i < CRLM_CFI_REGISTERS; i++) registers[i] = (uint64_t)uc->uc_mcontext.gregs[order[i]];
+#else
+    (void)context;
+#endif
+}
+
 /// The registered stack top of thread `tid` when `sp` lies in its registered stack, else 0 (a
 /// stale entry of an exited thread whose id was reused fails the check).
 static uintptr_t registered_stack_top(pid_t tid, uintptr_t sp) {
@@ -109,7 +136,7 @@ static int walk_frame_pointers(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr
 
 /// glibc backtrace() from inside the handler: drops the handler's own frames, so that the first
 /// frame is the interrupted instruction.
-static int unwind_tables(uintptr_t pc, uint64_t *out, int capacity) {
+static int unwind_backtrace(uintptr_t pc, uint64_t *out, int capacity) {
     void *buffer[CRLM_MAX_FRAMES + 8];
     int total = backtrace(buffer, capacity + 8 < CRLM_MAX_FRAMES + 8 ? capacity + 8 : CRLM_MAX_FRAMES + 8);
     int start = -1;
@@ -127,6 +154,40 @@ static int unwind_tables(uintptr_t pc, uint64_t *out, int capacity) {
     return n;
 }
 
+/// The CFI walk, when this build and thread allow it (-1 otherwise).
+static int unwind_cfi(void *context, uintptr_t top, uint64_t *out, int capacity) {
+    if (!g_cfi_usable || (top == 0 && !g_safe_reads)) return -1;
+    uint64_t registers[CRLM_CFI_REGISTERS];
+    context_cfi_registers(context, registers);
+    return crlm_unwind_cfi(registers, top != 0 ? top : UINTPTR_MAX, out, capacity);
+}
+
+/// Unwinds the interrupted context into `out` (the order is in the comment at the top).
+static int unwind(void *context, uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr_t top, uint64_t *out,
+                  int capacity, int *method) {
+    int n;
+    bool in_executable = pc >= g_exe_text_lo && pc < g_exe_text_hi;
+    if (top != 0 && atomic_load_explicit(&g_fp_usable, memory_order_relaxed) && in_executable) {
+        n = walk_frame_pointers(pc, fp, sp, top, out, capacity);
+        *method = CRLM_UNWIND_FRAME_POINTERS;
+        if (n >= 3) return n;  // a chain that ends at once: frame pointers not kept after all
+    }
+    n = unwind_cfi(context, top, out, capacity);
+    if (n >= 0) {
+        *method = CRLM_UNWIND_TABLES;
+        if (n >= 2 || top == 0) return n;
+        int chained = walk_frame_pointers(pc, fp, sp, top, g_fp_frames, capacity);
+        if (chained > n) {
+            memcpy(out, g_fp_frames, (size_t)chained * sizeof(uint64_t));
+            *method = CRLM_UNWIND_FRAME_POINTERS;
+            return chained;
+        }
+        return n;
+    }
+    *method = CRLM_UNWIND_BACKTRACE;
+    return unwind_backtrace(pc, out, capacity);
+}
+
 static void handler(int sig, siginfo_t *info, void *context) {
     (void)sig; (void)info;
     int saved_errno = errno;
@@ -140,21 +201,13 @@ static void handler(int sig, siginfo_t *info, void *context) {
         int capacity = atomic_load_explicit(&g_capacity, memory_order_relaxed);
         uintptr_t top = registered_stack_top(self, sp);
         if (atomic_load_explicit(&g_calibrating, memory_order_relaxed)) {
-            g_count = unwind_tables(pc, g_frames, capacity);
+            // The calibrating thread is interrupted in tgkill, where glibc's tables are right.
+            g_count = unwind_backtrace(pc, g_frames, capacity);
             g_fp_count = top != 0 ? walk_frame_pointers(pc, fp, sp, top, g_fp_frames, capacity) : 0;
+            g_cfi_count = unwind_cfi(context, top, g_cfi_frames, capacity);
             g_method = CRLM_UNWIND_BACKTRACE;
         } else {
-            int n = 0;
-            if (top != 0 && atomic_load_explicit(&g_fp_usable, memory_order_relaxed) && pc >= g_exe_text_lo &&
-                pc < g_exe_text_hi) {
-                n = walk_frame_pointers(pc, fp, sp, top, g_frames, capacity);
-                g_method = CRLM_UNWIND_FRAME_POINTERS;
-            }
-            if (n < 3) {  // a chain that ends at once: frame pointers not kept after all
-                n = unwind_tables(pc, g_frames, capacity);
-                g_method = CRLM_UNWIND_BACKTRACE;
-            }
-            g_count = n;
+            g_count = unwind(context, pc, fp, sp, top, g_frames, capacity, &g_method);
         }
         atomic_store_explicit(&g_handled_ns, monotonic_ns(), memory_order_relaxed);
         atomic_store_explicit(&g_done, (uint32_t)armed, memory_order_release);
@@ -188,6 +241,8 @@ int crlm_install(int signal_number) {
     }
     void *warm[4];
     backtrace(warm, 4);  // loads libgcc_s now, not in the handler
+    g_cfi_usable = crlm_unwind_cfi_supported();
+    g_safe_reads = g_cfi_usable && crlm_safe_reads_available();
     dl_iterate_phdr(find_executable_text, NULL);
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -204,6 +259,11 @@ int crlm_signal_number(void) { return g_signal; }
 void crlm_set_frame_pointers_usable(bool usable) { atomic_store(&g_fp_usable, usable); }
 
 bool crlm_frame_pointers_usable(void) { return atomic_load(&g_fp_usable); }
+
+bool crlm_bounded_unwind_available(bool *for_unregistered_threads) {
+    *for_unregistered_threads = g_safe_reads;
+    return g_cfi_usable;
+}
 
 bool crlm_unblock_signal(void) {
     if (g_signal == 0) return false;
@@ -235,6 +295,8 @@ bool crlm_register_current_thread(void) {
     }
     return false;
 }
+
+bool crlm_current_thread_registered(void) { return registered_stack_top(gettid(), 0) != 0; }
 
 void crlm_unregister_current_thread(void) { crlm_forget_thread(gettid()); }
 
@@ -296,17 +358,26 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
     return CRLM_CAPTURED;
 }
 
-bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, int capacity) {
+bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, uint64_t *cfi, int *cfi_count,
+                    int capacity) {
     *bt_count = 0;
     *fp_count = 0;
+    *cfi_count = 0;
     if (g_signal == 0) return false;
     pid_t self = gettid();
     if (registered_stack_top(self, 0) == 0) return false;
+    // The calling thread may block every signal (libdispatch's and Swift concurrency's threads
+    // do): unblocked for this capture only.
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, g_signal);
+    pthread_sigmask(SIG_UNBLOCK, &set, &old);
     atomic_store(&g_calibrating, true);
     uint64_t frames[CRLM_MAX_FRAMES];
     int count = 0, method = 0, error = 0;
     int r = crlm_capture(self, 200000000LL, 50000000LL, frames, capacity, &count, &method, &error);
     atomic_store(&g_calibrating, false);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r != CRLM_CAPTURED) return false;
     if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
     memcpy(bt, frames, (size_t)count * sizeof(uint64_t));
@@ -314,6 +385,9 @@ bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, in
     int n = g_fp_count < capacity ? g_fp_count : capacity;
     memcpy(fp, g_fp_frames, (size_t)n * sizeof(uint64_t));
     *fp_count = n;
+    n = g_cfi_count < capacity ? g_cfi_count : capacity;
+    if (n > 0) memcpy(cfi, g_cfi_frames, (size_t)n * sizeof(uint64_t));
+    *cfi_count = n > 0 ? n : 0;
     return true;
 }
 

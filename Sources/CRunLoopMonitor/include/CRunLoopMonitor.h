@@ -10,8 +10,9 @@
 
 /// How a capture was unwound.
 enum {
-    CRLM_UNWIND_BACKTRACE = 1,     ///< glibc backtrace(): the DWARF unwind tables (no frame pointers needed)
-    CRLM_UNWIND_FRAME_POINTERS = 2 ///< the frame-pointer chain (registered thread, calibrated image)
+    CRLM_UNWIND_BACKTRACE = 1,      ///< glibc backtrace(): libgcc's walk of the unwind tables (the fallback)
+    CRLM_UNWIND_FRAME_POINTERS = 2, ///< the frame-pointer chain (registered thread, calibrated image)
+    CRLM_UNWIND_TABLES = 3          ///< the bounded walk of the DWARF unwind tables (no frame pointers needed)
 };
 
 /// Outcomes of ``crlm_capture``.
@@ -46,6 +47,9 @@ bool crlm_frame_pointers_usable(void);
 /// unknown; the thread's captures then use backtrace(). Not async-signal-safe.
 bool crlm_register_current_thread(void);
 
+/// Whether the calling thread's bounds are registered.
+bool crlm_current_thread_registered(void);
+
 /// Forgets the calling thread's bounds (call before it exits; a tid may be reused).
 void crlm_unregister_current_thread(void);
 
@@ -66,9 +70,16 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
                  int *count, int *method, int *error);
 
 /// The calibration capture: the calling thread raises the signal and the handler unwinds it
-/// both ways (backtrace() into `bt`, the frame-pointer chain into `fp`). The caller compares
-/// them. Returns false when not installed or the thread is not registered.
-bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, int capacity);
+/// every way (backtrace() into `bt`, the frame-pointer chain into `fp`, the bounded CFI walk into
+/// `cfi`; a count of 0 where a way is unavailable). The caller compares them. Returns false when
+/// not installed or the thread is not registered.
+bool crlm_calibrate(uint64_t *bt, int *bt_count, uint64_t *fp, int *fp_count, uint64_t *cfi, int *cfi_count,
+                    int capacity);
+
+/// Whether captures walk the unwind tables with the bounded CFI walk (x86-64, glibc 2.35+), and
+/// whether threads without registered bounds get it too (process_vm_readv allowed). Valid after
+/// ``crlm_install``.
+bool crlm_bounded_unwind_available(bool *for_unregistered_threads);
 
 /// The CPU time thread `tid` of this process has used (its CLOCK_THREAD_CPUTIME clock), in
 /// nanoseconds, or -1 (errno set) when the thread is gone.
@@ -80,8 +91,6 @@ pid_t crlm_gettid(void);
 /// Times for the benchmark: nanoseconds from the capture's signal to the handler's end, for the
 /// last successful capture (CLOCK_MONOTONIC).
 int64_t crlm_last_capture_latency_ns(void);
-
-#endif
 
 /// dladdr(3) for `address` (outside a handler): the containing image's path and load base, and
 /// the nearest dynamic symbol's (mangled) name and address when there is one. Returns false when
@@ -99,3 +108,23 @@ int crlm_default_signal(void);
 
 /// Names the calling thread (the first 15 characters of `name`).
 void crlm_set_thread_name(const char *name);
+
+/// The register file the CFI walk starts from, in DWARF numbering (x86-64: rax rdx rcx rbx rsi
+/// rdi rbp rsp r8-r15, then the interrupted pc in slot 16).
+#define CRLM_CFI_REGISTERS 17
+
+/// Unwinds from `registers` (an interrupted context) with the loaded objects' .eh_frame tables,
+/// reading the stack only within [registers[sp], stack_top); a `stack_top` of UINTPTR_MAX (bounds
+/// unknown) reads through process_vm_readv, which fails instead of faulting. Writes the interrupted pc, then
+/// return addresses, into `out`; returns how many (0 where unsupported). Async-signal-safe.
+int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stack_top, uint64_t *out,
+                    int capacity);
+
+/// Whether this build has the CFI walk (x86-64 with glibc 2.35 or later).
+bool crlm_unwind_cfi_supported(void);
+
+/// Whether the kernel lets this process read its own memory with process_vm_readv (a seccomp
+/// filter may forbid it): the CFI walk of a thread without registered bounds needs it.
+bool crlm_safe_reads_available(void);
+
+#endif

@@ -108,10 +108,16 @@ public struct StackSample: Sendable, Codable, Hashable {
 public struct RawStack: Sendable, Hashable {
     /// How the handler unwound the stack.
     public enum Unwinder: String, Sendable, Codable {
-        /// glibc's `backtrace()`, from the unwind tables (works without frame pointers).
+        /// The DWARF unwind tables (`.eh_frame`) of the loaded images, walked by the handler
+        /// itself: works without frame pointers, and reads only the thread's stack, so tables
+        /// that are wrong at the interrupted instruction end the stack early instead of crashing.
         case unwindTables
         /// The frame-pointer chain (a registered thread whose code keeps frame pointers).
         case framePointers
+        /// glibc's `backtrace()`, the fallback where the bounded walk is unavailable (not
+        /// x86-64, or a thread without registered bounds in a process that may not use
+        /// `process_vm_readv`). libgcc trusts the tables at every instruction.
+        case glibcBacktrace
     }
 
     /// The interrupted instruction, then return addresses, innermost first.

@@ -8,11 +8,18 @@ import Synchronization
 /// A real-time signal (``signalNumber``, SIGRTMIN+7) is sent to the thread with `tgkill`; its
 /// handler, on that thread, writes the return addresses into a preallocated buffer and returns
 /// (the thread is never parked), while the capturing thread waits on a futex. The handler is
-/// async-signal-safe: it allocates nothing, takes no lock and restores `errno`. It unwinds with
-/// glibc's `backtrace()` (the DWARF unwind tables: works in `-O` builds, where Swift omits frame
-/// pointers), or walks the frame-pointer chain (under a microsecond) when the thread registered
-/// its stack bounds (``prepareCurrentThread()``), the interrupted code is in the main executable,
-/// and a calibration at install showed that executable keeps frame pointers.
+/// async-signal-safe: it allocates nothing, takes no lock and restores `errno`. It walks the
+/// frame-pointer chain (under a microsecond) when the thread registered its stack bounds
+/// (``prepareCurrentThread()``), the interrupted code is in the main executable, and a
+/// calibration at install showed that executable keeps frame pointers. Otherwise it walks the
+/// DWARF unwind tables (`.eh_frame`, found with `_dl_find_object`; works in `-O` builds, where
+/// Swift omits frame pointers) with an unwinder of its own that reads only the thread's stack:
+/// its registered bounds, or, for a thread that registered none, through `process_vm_readv`,
+/// which fails where a read would fault. An interrupt lands on any instruction, and the tables
+/// are sometimes wrong there (AddressSanitizer's runtime has such instructions), so an unwinder
+/// that trusts them, like glibc's `backtrace()`, can crash the process; this one ends the stack
+/// early instead. `backtrace()` remains the fallback where the bounded walk is unavailable
+/// (see ``RawStack/Unwinder/glibcBacktrace``).
 ///
 /// Symbolication (``symbolicate(_:)``) happens on the calling thread, never in the handler, and
 /// is cached per address: names come from the Swift runtime's symbolicator (full symbol tables and
@@ -89,6 +96,23 @@ public enum ThreadStack {
         try engine.install()
     }
 
+    /// Whether captures walk the unwind tables with the bounded unwinder (x86-64 with glibc 2.35
+    /// or later) rather than glibc's `backtrace()`, for threads that called
+    /// ``prepareCurrentThread()``; and for other threads too when the process may read its own
+    /// memory with `process_vm_readv` (a seccomp filter can forbid it). Installs the handler.
+    public static var boundedUnwindAvailable: Bool {
+        try? install()
+        var forOthers = false
+        return crlm_bounded_unwind_available(&forOthers)
+    }
+
+    /// Whether threads that never called ``prepareCurrentThread()`` get the bounded unwinder too.
+    public static var boundedUnwindAvailableForUnpreparedThreads: Bool {
+        try? install()
+        var forOthers = false
+        return crlm_bounded_unwind_available(&forOthers) && forOthers
+    }
+
     /// Whether captures may walk frame pointers in the main executable (found at install).
     public static var framePointersUsable: Bool { crlm_frame_pointers_usable() }
 
@@ -163,27 +187,49 @@ final class CaptureEngine: Sendable {
     /// chain's frames must appear, in order, among backtrace()'s.
     @inline(never)
     private static func calibrate() -> Bool {
-        let wasRegistered = crlm_register_current_thread()
-        defer { if wasRegistered { crlm_unregister_current_thread() } }
-        var unwound = [UInt64](repeating: 0, count: 64)
-        var chained = [UInt64](repeating: 0, count: 64)
-        var unwoundCount: Int32 = 0
-        var chainedCount: Int32 = 0
-        let done = unwound.withUnsafeMutableBufferPointer { unwound in
-            chained.withUnsafeMutableBufferPointer { chained in
-                crlm_calibrate(unwound.baseAddress, &unwoundCount, chained.baseAddress, &chainedCount, 64)
-            }
-        }
+        guard let calibration = calibrationCapture() else { return false }
+        let unwound = calibration.backtrace, chained = calibration.framePointers
+        let chainedCount = chained.count
         // The chain misses the frame whose callee (in libc) kept no frame record, so compare from
         // its second return address on: three in a row must match.
-        guard done, chainedCount >= 4 else { return false }
+        guard chainedCount >= 4 else { return false }
         let chain = Array(chained[1..<min(Int(chainedCount), 4)])
-        let table = Array(unwound[0..<Int(unwoundCount)])
+        let table = unwound
         guard table.count >= chain.count else { return false }
         for start in 0...(table.count - chain.count) where Array(table[start..<start + chain.count]) == chain {
             return true
         }
         return false
+    }
+
+    private static func unwinder(_ method: Int32) -> RawStack.Unwinder {
+        switch Int(method) {
+        case Int(CRLM_UNWIND_FRAME_POINTERS): .framePointers
+        case Int(CRLM_UNWIND_BACKTRACE): .glibcBacktrace
+        default: .unwindTables
+        }
+    }
+
+    /// The calling thread's stack, unwound by the handler every way it can (a way that is
+    /// unavailable gives no frames); nil when the handler is not installed.
+    static func calibrationCapture() -> (backtrace: [UInt64], framePointers: [UInt64], tables: [UInt64])? {
+        // Registered for the capture only, unless it already was.
+        let registeredHere = !crlm_current_thread_registered() && crlm_register_current_thread()
+        defer { if registeredHere { crlm_unregister_current_thread() } }
+        var unwound = [UInt64](repeating: 0, count: 64)
+        var chained = [UInt64](repeating: 0, count: 64)
+        var walked = [UInt64](repeating: 0, count: 64)
+        var counts: (Int32, Int32, Int32) = (0, 0, 0)
+        let done = unwound.withUnsafeMutableBufferPointer { unwound in
+            chained.withUnsafeMutableBufferPointer { chained in
+                walked.withUnsafeMutableBufferPointer { walked in
+                    crlm_calibrate(
+                        unwound.baseAddress, &counts.0, chained.baseAddress, &counts.1, walked.baseAddress, &counts.2, 64)
+                }
+            }
+        }
+        guard done else { return nil }
+        return (Array(unwound.prefix(Int(counts.0))), Array(chained.prefix(Int(counts.1))), Array(walked.prefix(Int(counts.2))))
     }
 
     func capture(threadID: Int32, timeout: Duration) throws(ThreadStackError) -> RawStack {
@@ -200,7 +246,7 @@ final class CaptureEngine: Sendable {
             case Int(CRLM_CAPTURED):
                 return RawStack(
                     addresses: Array(UnsafeBufferPointer(start: state.buffer, count: Int(count))),
-                    unwinder: method == CRLM_UNWIND_FRAME_POINTERS ? .framePointers : .unwindTables)
+                    unwinder: Self.unwinder(method))
             case Int(CRLM_NO_SUCH_THREAD):
                 throw .noSuchThread(threadID: threadID)
             case Int(CRLM_NO_ANSWER):
