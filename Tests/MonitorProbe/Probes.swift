@@ -60,4 +60,40 @@ enum Probes {
         try? worker.execute { _ = probeCrunchNumbers(until: .now + .seconds(3600)) }
         while true { sleep(10) }
     }
+
+    static func forkWithRunningMonitors() {
+        let worker = PermanentThread(name: "fork-loop")
+        let stalls = StallMonitor(loop: worker.loop, threshold: .milliseconds(50), sampleInterval: .milliseconds(5), logger: nil)
+        let cpu = CPUMonitor(threshold: 0.5, window: .milliseconds(20), sustainedWindows: 2, logger: nil)
+        stalls.start { _ in }
+        cpu.start { _ in }
+        // The monitors are busy (a stall being sampled) at the fork.
+        try? worker.execute { _ = probeCrunchNumbers(until: .now + .milliseconds(300)) }
+        usleep(100_000)
+        let child = fork()
+        if child == 0 {
+            stalls.stop()
+            cpu.stop()
+            let line = "child stopped its monitors\n"
+            _ = line.withCString { write(1, $0, strlen($0)) }
+            _exit(0)
+        }
+        var status: Int32 = 0
+        var waited = 0
+        while waitpid(child, &status, WNOHANG) == 0 {
+            waited += 1
+            if waited > 1000 {  // 10 s: the child hangs
+                kill(child, SIGKILL)
+                waitpid(child, &status, 0)
+                say("child hung")
+                exit(1)
+            }
+            usleep(10_000)
+        }
+        say("child exit \((status & 0x7f) == 0 ? (status >> 8) & 0xff : -(status & 0x7f))")
+        stalls.stop()
+        cpu.stop()
+        worker.stop()
+        say("done")
+    }
 }

@@ -8,6 +8,9 @@
 //   unfinished DIR    prints the store's unfinished() reports as JSON lines, then "done".
 //   bad-threshold     StallMonitor(threshold: 0): must stop with a precondition message.
 //   bad-interval      StallMonitor(sampleInterval: -1 ms): the same.
+//   fork              running stall and CPU monitors, then fork(): the child stops both (which
+//                     must return at once: their threads are not in the child) and exits 0; the
+//                     parent prints the child's status, then stops its own monitors.
 import Foundation
 import Glibc
 import RunLoopKit
@@ -40,7 +43,9 @@ case "bad-threshold":
     _ = StallMonitor(loop: RunLoop.current, threshold: .zero)
 case "bad-interval":
     _ = StallMonitor(loop: RunLoop.current, sampleInterval: .milliseconds(-1))
+case "fork":
+    Probes.forkWithRunningMonitors()
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe stall | hang DIR | unfinished DIR | bad-threshold | bad-interval\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork\n".utf8))
     exit(2)
 }

@@ -100,6 +100,17 @@ extension RunLoopMonitorSuites {
         #expect(reader.stdout.contains("probeCrunchNumbers"))
     }
 
+    /// fork() while a stall monitor samples a stall and a CPU monitor scans: in the child, whose
+    /// only thread is the forking one, stop() returns at once (no join of a thread that is not
+    /// there, no lock a vanished thread may hold), and the parent's monitors stop normally.
+    @Test func stopInAForkedChildReturnsAtOnce() throws {
+        let probe = try runMonitorProbe(["fork"])
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("child stopped its monitors"))
+        #expect(probe.stdout.contains("child exit 0"))
+        #expect(probe.stdout.contains("done"))
+    }
+
     @Test func aThresholdOrIntervalNotAboveZeroStopsWithAClearMessage() throws {
         let threshold = try runMonitorProbe(["bad-threshold"])
         #expect(threshold.status < 0)

@@ -55,6 +55,8 @@ public final class CPUMonitor: Sendable {
     private let logger: Logger?
     private let state = Mutex<(stopping: Bool, started: Bool, handler: (@Sendable (CPUEvent) -> Void)?)>((false, false, nil))
     private let thread = Mutex<MonitorThread?>(nil)
+    /// The process that started the monitor (0 before `start`); see ``stop()``.
+    private let startedIn = Atomic<Int32>(0)
 
     /// A monitor of every thread of the process.
     ///
@@ -85,6 +87,7 @@ public final class CPUMonitor: Sendable {
             return !state.started
         }
         precondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
+        startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()
         let scanner = CPUScanner(monitor: self)
         thread.locked {
@@ -101,8 +104,11 @@ public final class CPUMonitor: Sendable {
     }
 
     /// Stops the monitor and waits for its thread (returns at once from inside the handler). Any
-    /// thread; later calls do nothing.
+    /// thread; later calls do nothing. In a child made by `fork()`, where the monitor's thread
+    /// does not exist, it returns at once without touching it.
     public func stop() {
+        let owner = startedIn.load(ordering: .acquiring)
+        if owner != 0 && owner != getpid() { return }  // a forked child: nothing runs here
         state.locked { $0.stopping = true }
         guard let thread = thread.locked({ $0 }) else { return }
         thread.wake()

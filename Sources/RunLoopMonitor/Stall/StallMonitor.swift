@@ -58,6 +58,9 @@ public final class StallMonitor: Sendable {
     private let shared: Mutex<Shared>
     /// The sampling thread (`rlk.stallmon`) and the reporting thread (`rlk.stallrep`).
     private let thread = Mutex<MonitorThread?>(nil)
+    /// The process that started the monitor (0 before `start`): in a child made by `fork()` its
+    /// threads do not exist, and its locks may have been held by them at the fork.
+    private let startedIn = Atomic<Int32>(0)
     private let reporter = Mutex<MonitorThread?>(nil)
 
     private struct Shared {
@@ -134,6 +137,7 @@ public final class StallMonitor: Sendable {
             return !shared.started
         }
         precondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
+        startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
         for loop in loops { Self.prepare(loop) }
         let worker = Worker(monitor: self)
@@ -148,8 +152,11 @@ public final class StallMonitor: Sendable {
     /// Stops the monitor: a stall in progress gets its `.ended` report (cut short), then the
     /// monitor's threads exit and this call waits for them. From inside the handler it returns at
     /// once, and the threads exit after the handler (the cut-short report still comes). Any
-    /// thread; later calls do nothing.
+    /// thread; later calls do nothing. In a child made by `fork()`, where the monitor's threads do
+    /// not exist, it returns at once without touching them (start a new monitor there).
     public func stop() {
+        let owner = startedIn.load(ordering: .acquiring)
+        if owner != 0 && owner != getpid() { return }  // a forked child: nothing runs here
         shared.locked { $0.stopping = true }
         guard let sampling = thread.locked({ $0 }), let reporting = reporter.locked({ $0 }) else { return }
         sampling.wake()
