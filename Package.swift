@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .library(name: "RunLoopKit", targets: ["RunLoopKit"]),
         .library(name: "RunLoopMonitor", targets: ["RunLoopMonitor"]),
+        .library(name: "RunLoopScheduling", targets: ["RunLoopScheduling"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
     ],
     dependencies: [
@@ -40,6 +41,18 @@ let package = Package(
                 "RunLoopKit",
                 "CRunLoopMonitor",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
+        // Idle-time tasks, coalesced commits, the per-iteration release pool, the display link
+        // and its frame-rate monitor: work placed in the loop's iteration.
+        .target(
+            name: "RunLoopScheduling",
+            dependencies: [
+                "RunLoopKit",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HeapModule", package: "swift-collections"),
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
@@ -107,6 +120,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
+        ),
+        .testTarget(
+            name: "RunLoopSchedulingTests",
+            dependencies: ["RunLoopKit", "RunLoopScheduling"]
         ),
     ],
     swiftLanguageModes: [.v6]

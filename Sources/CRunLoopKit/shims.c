@@ -45,6 +45,18 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns) {
     return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
 }
 
+int crlk_timerfd_arm_periodic_abs(int fd, int64_t first_ns, int64_t interval_ns) {
+    struct itimerspec spec = {0};
+    if (first_ns >= 0) {
+        if (first_ns == 0) first_ns = 1;
+        spec.it_value.tv_sec = first_ns / 1000000000LL;
+        spec.it_value.tv_nsec = first_ns % 1000000000LL;
+        spec.it_interval.tv_sec = interval_ns / 1000000000LL;
+        spec.it_interval.tv_nsec = interval_ns % 1000000000LL;
+    }
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define CRLK_TSAN 1

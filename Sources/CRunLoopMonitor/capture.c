@@ -37,6 +37,20 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+// ThreadSanitizer defers signals: its own handler queues them and calls ours later, at a safe
+// point in its runtime, with the context of the original interrupt, which is stale by then (the
+// stack it describes has moved on). Under it, only backtrace() from the handler's own frames is
+// meaningful: it walks call sites only (the runtime's delivery frames, then the code that was
+// interrupted), where the tables are right.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CRLM_DEFERRED_SIGNALS 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define CRLM_DEFERRED_SIGNALS 1
+#endif
+
 #define CLAIMED ((uint64_t)1 << 63)
 #define MAX_THREADS 512
 
@@ -241,7 +255,11 @@ int crlm_install(int signal_number) {
     }
     void *warm[4];
     backtrace(warm, 4);  // loads libgcc_s now, not in the handler
+#if defined(CRLM_DEFERRED_SIGNALS)
+    g_cfi_usable = false;
+#else
     g_cfi_usable = crlm_unwind_cfi_supported();
+#endif
     g_safe_reads = g_cfi_usable && crlm_safe_reads_available();
     dl_iterate_phdr(find_executable_text, NULL);
     struct sigaction action;
@@ -256,7 +274,12 @@ int crlm_install(int signal_number) {
 
 int crlm_signal_number(void) { return g_signal; }
 
-void crlm_set_frame_pointers_usable(bool usable) { atomic_store(&g_fp_usable, usable); }
+void crlm_set_frame_pointers_usable(bool usable) {
+#if defined(CRLM_DEFERRED_SIGNALS)
+    usable = false;  // the context's frame pointer is stale (see CRLM_DEFERRED_SIGNALS)
+#endif
+    atomic_store(&g_fp_usable, usable);
+}
 
 bool crlm_frame_pointers_usable(void) { return atomic_load(&g_fp_usable); }
 

@@ -21,7 +21,7 @@ extension RunLoopMonitorSuites {
     /// pointers into the stack and addresses in and near real code (so that the walk finds real
     /// tables and follows them with garbage). The stack lies between two inaccessible pages, so a
     /// single read outside it would kill the test run, in any build.
-    @Test(.enabled(if: ThreadStack.boundedUnwindAvailable))
+    @Test(.enabled(if: crlm_unwind_cfi_supported()))
     func neverReadsOutsideTheStackWhateverItHolds() throws {
         let page = Int(sysconf(Int32(_SC_PAGESIZE)))
         let stackPages = 4

@@ -35,6 +35,11 @@ int64_t crlk_boottime_upper_bound_ns(void);
 /// or disarms it when `deadline_ns` is negative. Returns 0, or -1 with errno set.
 int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 
+/// Arms `fd` (a timerfd on CLOCK_BOOTTIME) to expire at the absolute time `first_ns`, then every
+/// `interval_ns` on that grid (the kernel counts missed expirations); a negative `first_ns`
+/// disarms it.
+int crlk_timerfd_arm_periodic_abs(int fd, int64_t first_ns, int64_t interval_ns);
+
 
 /// `accept4(2)`, which Swift's Glibc module does not import (glibc declares it only under
 /// `_GNU_SOURCE`, which shims.c defines).

@@ -697,6 +697,29 @@ extension RunLoop {
         }
     }
 
+    /// Whether the loop has input its next pass would handle, so that it would not sleep now: a
+    /// wakeup requested (``wakeUp()``, a block or message from another thread), a port message,
+    /// a timer of the current mode that is due, or a ready descriptor of the current mode (asked
+    /// of the kernel without taking it). What idle-time work checks between tasks to yield at
+    /// once to real input (see `RunLoopScheduling`'s `IdleDeadline`).
+    ///
+    /// Meaningful on the loop's own thread while it runs; false elsewhere.
+    ///
+    /// - Complexity: O(1) and no system call when the mode watches no descriptor; otherwise one
+    ///   non-blocking `epoll_wait`.
+    public var hasPendingInput: Bool {
+        guard isCurrent else { return false }
+        if wakeRequested.load(ordering: .relaxed) || source1Attention.load(ordering: .relaxed) { return true }
+        let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
+            guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
+            let mode = state.modes[index]
+            return (mode.timers.coalescedDeadline(), mode.descriptors.isEmpty ? nil : mode.interestSet)
+        }
+        if timerDeadline != LoopClock.never && timerDeadline <= LoopClock.now() { return true }
+        guard let set, let backend else { return false }
+        return backend.hasReadyDescriptor(in: set)
+    }
+
     /// Brings the kernel side up to date before a wait: the loop's descriptors opened if it lacks
     /// them, the mode's interest set made (or made anew), and the item lists re-read (observers
     /// just called may have changed them; a nested run may even have made this mode's set anew).

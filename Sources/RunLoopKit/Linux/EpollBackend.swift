@@ -289,6 +289,18 @@ final class EpollBackend: Sendable {
         return outcome
     }
 
+    /// Whether a descriptor of `set` other than the loop's own counters is ready now, without
+    /// taking anything (the sets are level-triggered: the next wait reports it again).
+    func hasReadyDescriptor(in set: InterestSet) -> Bool {
+        assert(crlk_gettid() == ownerTID, "RunLoopKit: EpollBackend.hasReadyDescriptor off the loop's thread")
+        let count = Epoll.wait(set.fd, events, capacity: eventCapacity, timeoutMs: 0)
+        for slot in 0..<Int(max(0, count)) {
+            let tag = events[slot].data.u64
+            if tag != Self.wakeTag && tag != Self.timerTag { return true }
+        }
+        return false
+    }
+
     private func drain(_ fd: Int32) {
         do throws(Errno) { try Counter.drain(fd, .library) } catch {
             preconditionFailure("RunLoopKit: reading the loop's counter descriptor \(fd) failed: \(error)")

@@ -97,7 +97,8 @@ public enum ThreadStack {
     }
 
     /// Whether captures walk the unwind tables with the bounded unwinder (x86-64 with glibc 2.35
-    /// or later) rather than glibc's `backtrace()`, for threads that called
+    /// or later, and not under ThreadSanitizer, which defers signals and hands the handler a
+    /// stale context) rather than glibc's `backtrace()`, for threads that called
     /// ``prepareCurrentThread()``; and for other threads too when the process may read its own
     /// memory with `process_vm_readv` (a seccomp filter can forbid it). Installs the handler.
     public static var boundedUnwindAvailable: Bool {

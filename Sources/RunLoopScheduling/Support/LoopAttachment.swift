@@ -1,0 +1,51 @@
+import RunLoopKit
+import Synchronization
+
+/// Runs `action` once, when the last reference to it goes: put one in the handler closure of every
+/// item a scheduling object adds to a loop, and it runs when the loop has let go of all of them,
+/// after `invalidate()` or when the loop's thread exits (its teardown removes every item).
+final class DetachSignal: Sendable {
+    private let action: @Sendable () -> Void
+
+    init(_ action: @escaping @Sendable () -> Void) { self.action = action }
+
+    /// Keeps the signal in the closure that calls this (a closure captures only what it uses).
+    @inline(__always)
+    func keepAlive() { withExtendedLifetime(self) {} }
+
+    deinit { action() }
+}
+
+/// A weak reference, for the items a scheduling object adds to its loop: only the loop may keep
+/// them alive, or its letting go could never be noticed (see ``DetachSignal``).
+struct Weak<Object: AnyObject & Sendable>: Sendable {
+    weak var value: Object?
+}
+
+extension RunLoop {
+    /// Adds `observer` to each of `modes`.
+    func add(_ observer: RunLoopObserver, forModes modes: [RunLoop.Mode]) {
+        for mode in modes { add(observer, forMode: mode) }
+    }
+}
+
+/// The name a scheduling object uses in its preconditions.
+func requirePositive(_ value: Duration, _ what: String) {
+    precondition(value > .zero, "RunLoopScheduling: \(what) must be positive (got \(value))")
+}
+
+func requirePositive(_ value: Int, _ what: String) {
+    precondition(value > 0, "RunLoopScheduling: \(what) must be positive (got \(value))")
+}
+
+/// A caller's key (`AnyHashable`, which the standard library does not mark `Sendable` because it
+/// may wrap anything).
+///
+/// `@unchecked Sendable`: the scheduling objects only hash and compare keys, always under their
+/// own lock, and never hand them back; the wrapped value is the caller's, who passes a value type
+/// (a string, a number, an `ObjectIdentifier`) as the docs ask. A key whose hashing reads shared
+/// mutable state is the caller's data race, as it would be in any dictionary.
+struct Key: @unchecked Sendable, Hashable {
+    let value: AnyHashable
+    init(_ value: AnyHashable) { self.value = value }
+}
