@@ -201,8 +201,8 @@ import Testing
 /// Lets a source's handler reach the source.
 final class SourceBox: @unchecked Sendable {
     // @unchecked: written once before the source is added to its loop, read only by its handler
-    // on the loop's thread afterwards.
-    var source: RunLoopSource?
+    // on the loop's thread afterwards. Weak: the source's handler holds the box (no cycle).
+    weak var source: RunLoopSource?
 }
 
 /// A plain thread running `body`, joined by ``join()``.
