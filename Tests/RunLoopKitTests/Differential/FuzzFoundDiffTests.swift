@@ -98,13 +98,21 @@ struct FuzzFoundDiffTests {
     /// per wait on Linux, not a semantic DESIGN §3 asks for ("then handle what woke it: due
     /// timers ..."). Here the wakeup comes first: CF fires the overdue timer only after a second
     /// wait (which the timerfd ends at once).
+    ///
+    /// Which port CF serves depends on epoll's ready list, so CF sometimes fires the timer after the
+    /// first wait too (when the timerfd comes first; seen under ThreadSanitizer's timing): both CF
+    /// traces are accepted, RunLoopKit's is exact.
     @Test func dueTimersFireAfterAnyWait_deviation() {
         let (cf, rlk) = differentialTraces(FuzzFoundScenarios.dueTimerAfterWakeUpWait)
-        #expect(
-            cf == [
-                "entry", "beforeTimers", "beforeSources", "beforeWaiting", "woken, timer overdue", "afterWaiting",
-                "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "timer", "exit", "run: stopped",
-            ])
+        let oneWait = [
+            "entry", "beforeTimers", "beforeSources", "beforeWaiting", "woken, timer overdue", "afterWaiting",
+            "timer", "exit", "run: stopped",
+        ]
+        let twoWaits = [
+            "entry", "beforeTimers", "beforeSources", "beforeWaiting", "woken, timer overdue", "afterWaiting",
+            "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "timer", "exit", "run: stopped",
+        ]
+        #expect(cf == twoWaits || cf == oneWait)
         #expect(
             rlk == [
                 "entry", "beforeTimers", "beforeSources", "beforeWaiting", "woken, timer overdue", "afterWaiting",
