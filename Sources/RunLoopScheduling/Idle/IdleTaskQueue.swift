@@ -249,7 +249,7 @@ extension IdleTaskQueue {
                 state.compactIfNeeded()
                 var rearm = false
                 if let timeout {
-                    let at = ContinuousClock.now.advanced(by: timeout)
+                    let at = deadline(after: timeout)
                     state.deadlines.insert(Deadline(at: at, sequence: sequence))
                     rearm = state.timerArmedFor.map { at < $0 } ?? true
                 }
@@ -275,18 +275,16 @@ extension IdleTaskQueue {
         func runIdlePeriod() {
             guard let loop else { return }
             if loop.hasPendingInput { return }  // not idle: the input wakes the loop anyway
-            var end = ContinuousClock.now.advanced(by: budget)
+            var end = deadline(after: budget)
             if let mode = loop.currentMode, let timer = loop.nextTimerFireDate(forMode: mode), timer < end { end = timer }
             let limit = state.locked { state -> UInt64 in
                 state.inPeriod = true
                 return state.next
             }
-            var ran = 0
             while true {
                 guard let entry = state.locked({ state in state.valid ? state.popOldest(before: limit) : nil }) else { break }
                 let deadline = IdleDeadline(end: end, loop: loop, didTimeout: false)
                 let result = entry.task(deadline)
-                ran += 1
                 if result == .more { requeue(entry) }
                 if deadline.shouldYield { break }
             }
@@ -309,7 +307,7 @@ extension IdleTaskQueue {
                 state.order.append(sequence)
                 if let key = entry.key { state.byKey[key] = sequence }
                 guard let timeout = entry.timeout else { return false }
-                let at = ContinuousClock.now.advanced(by: timeout)
+                let at = deadline(after: timeout)
                 state.deadlines.insert(Deadline(at: at, sequence: sequence))
                 return state.timerArmedFor.map { at < $0 } ?? true
             }

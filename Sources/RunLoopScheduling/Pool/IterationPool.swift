@@ -22,8 +22,8 @@ public final class IterationPool: Sendable {
 
     private let core: Core
 
-    /// A pool drained by `loop`'s iterations, in every mode (`.common` modes and any other mode
-    /// the loop runs in are separate: the pool watches the common modes and `.default`).
+    /// A pool drained by `loop`'s iterations in `modes` (the common modes by default): runs in
+    /// other modes neither push a level nor drain.
     public init(loop: RunLoop, modes: [RunLoop.Mode] = [.common]) {
         precondition(!modes.isEmpty, "RunLoopScheduling: IterationPool needs at least one mode")
         self.loop = loop

@@ -49,3 +49,8 @@ struct Key: @unchecked Sendable, Hashable {
     let value: AnyHashable
     init(_ value: AnyHashable) { self.value = value }
 }
+
+/// `duration` from now.
+func deadline(after duration: Duration) -> ContinuousClock.Instant {
+    ContinuousClock.now.advanced(by: duration)
+}
