@@ -180,6 +180,24 @@ import Testing
         }
     }
 
+    /// A budget or timeout of `.seconds(Int64.max)` is "no limit", not an overflow trap.
+    @Test func hugeBudgetAndTimeoutAreClamped() {
+        onNewThread { loop in
+            let source = keepAlive(loop)
+            defer { source.invalidate() }
+            let queue = IdleTaskQueue(loop: loop, budget: .seconds(Int64.max))
+            defer { queue.invalidate() }
+            let ran = Count()
+            queue.enqueue(timeout: .seconds(Int64.max)) { deadline in
+                ran.add()
+                #expect(deadline.timeRemaining > .seconds(86_400))
+                return .done
+            }
+            run(loop, until: { ran.value == 1 })
+            #expect(ran.value == 1)
+        }
+    }
+
     /// The loop's thread exits with tasks queued: they are released, and later enqueues fail.
     @Test func tasksAreReleasedWhenTheLoopsThreadExits() {
         let holder = Mutex<IdleTaskQueue?>(nil)

@@ -50,7 +50,7 @@ struct Key: @unchecked Sendable, Hashable {
     init(_ value: AnyHashable) { self.value = value }
 }
 
-/// `duration` from now.
+/// `duration` from now (`Duration` is 128-bit: even `.seconds(Int64.max)` does not overflow).
 func deadline(after duration: Duration) -> ContinuousClock.Instant {
     ContinuousClock.now.advanced(by: duration)
 }
