@@ -7,7 +7,8 @@
 // address, follows another function's rules with garbage registers and faults. A profiler
 // interrupts code at any instruction, so it must survive wrong tables: here every stack read is
 // checked against the thread's registered bounds, every frame's CFA must lie above the last, and
-// the unwind stops at the first rule it does not know. Tables are found with _dl_find_object
+// the unwind stops at the first rule it does not know (CFA expressions are evaluated when they
+// only compute from registers, as PLT stubs' do). Tables are found with _dl_find_object
 // (glibc 2.35+, async-signal-safe, lock-free) and its .eh_frame_hdr search table.
 //
 // Async-signal-safe: no allocation, no lock, no errno change; reads only the loaded objects'
@@ -39,6 +40,8 @@ typedef struct {
     uint64_t cfa_register;
     int64_t cfa_offset;
     bool cfa_is_expression;
+    const uint8_t *cfa_expression;  // with cfa_is_expression: the DWARF expression and its length
+    uint64_t cfa_expression_length;
 } row;
 
 /// A read position inside one record of the unwind sections, never past `end`.
@@ -284,9 +287,11 @@ static bool execute(cursor *c, const cie_info *cie, uintptr_t location, uintptr_
         case 0x0e:  // def_cfa_offset
             state->cfa_offset = (int64_t)uleb(c);
             break;
-        case 0x0f:  // def_cfa_expression: not evaluated; the walk stops at this frame
+        case 0x0f:  // def_cfa_expression (PLT stubs): evaluated by cfa_from_expression
             delta = uleb(c);
             if (!take(c, delta)) return false;
+            state->cfa_expression = c->p;
+            state->cfa_expression_length = delta;
             c->p += delta;
             state->cfa_is_expression = true;
             break;
@@ -313,6 +318,56 @@ static bool execute(cursor *c, const cie_info *cie, uintptr_t location, uintptr_
         }
     }
     return !c->bad;
+}
+
+/// Evaluates a CFA expression made only of register values, constants and arithmetic: what
+/// compilers and linkers emit for PLT stubs (`breg7 8; breg16 0; lit15; and; lit11; ge; lit3;
+/// shl; plus`: the CFA moves by 8 after the stub's push). An expression that reads memory or
+/// uses any other operation is refused (false): the walk ends there.
+static bool cfa_from_expression(const row *state, const uint64_t *values, uint32_t known, uintptr_t pc,
+                                uintptr_t *cfa) {
+    cursor c = {state->cfa_expression, state->cfa_expression + state->cfa_expression_length, false};
+    uint64_t stack[8];
+    int depth = 0;
+    while (c.p < c.end && !c.bad) {
+        uint8_t op = (uint8_t)u8(&c);
+        if (op >= 0x30 && op <= 0x4f) {  // lit0..lit31
+            if (depth == 8) return false;
+            stack[depth++] = op - 0x30;
+        } else if (op >= 0x70 && op <= 0x8f) {  // breg0..breg31
+            uint64_t reg = op - 0x70;
+            int64_t offset = sleb(&c);
+            uint64_t value;
+            if (reg == RA_COLUMN) value = pc;  // rip: the frame's pc
+            else if (reg < RA_COLUMN && (known & (1u << reg))) value = values[reg];
+            else return false;
+            if (depth == 8) return false;
+            stack[depth++] = value + (uint64_t)offset;
+        } else if (op == 0x10 || op == 0x11) {  // constu, consts
+            if (depth == 8) return false;
+            stack[depth++] = op == 0x10 ? uleb(&c) : (uint64_t)sleb(&c);
+        } else if (op == 0x23) {  // plus_uconst
+            if (depth < 1) return false;
+            stack[depth - 1] += uleb(&c);
+        } else {
+            if (depth < 2) return false;
+            uint64_t b = stack[--depth], a = stack[depth - 1];
+            switch (op) {
+            case 0x1a: a &= b; break;                       // and
+            case 0x1c: a -= b; break;                       // minus
+            case 0x21: a |= b; break;                       // or
+            case 0x22: a += b; break;                       // plus
+            case 0x24: a = b < 64 ? a << b : 0; break;      // shl
+            case 0x25: a = b < 64 ? a >> b : 0; break;      // shr
+            case 0x2a: a = (int64_t)a >= (int64_t)b; break; // ge
+            default: return false;
+            }
+            stack[depth - 1] = a;
+        }
+    }
+    if (c.bad || depth < 1) return false;
+    *cfa = (uintptr_t)stack[depth - 1];
+    return true;
 }
 
 /// The stack word at `address` when it lies within [lo, hi). With no known top (hi is
@@ -352,9 +407,14 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
         if (!execute(&initial_instructions, &cie, 0, UINTPTR_MAX, &state, NULL)) break;
         row initial = state;
         if (!execute(&fde, &cie, start, lookup, &state, &initial)) break;
-        if (state.cfa_is_expression || state.cfa_register >= REGISTERS ||
-            (known & (1u << state.cfa_register)) == 0 || cie.return_column >= REGISTERS) break;
-        uintptr_t cfa = (uintptr_t)((int64_t)values[state.cfa_register] + state.cfa_offset);
+        if (cie.return_column >= REGISTERS) break;
+        uintptr_t cfa;
+        if (state.cfa_is_expression) {
+            if (!cfa_from_expression(&state, values, known, pc, &cfa)) break;
+        } else {
+            if (state.cfa_register >= REGISTERS || (known & (1u << state.cfa_register)) == 0) break;
+            cfa = (uintptr_t)((int64_t)values[state.cfa_register] + state.cfa_offset);
+        }
         uintptr_t sp = (uintptr_t)values[SP_REGISTER];
         // Frames are laid out upwards: a CFA at or below the last frame's, or off the stack, means
         // the tables were wrong here (or the stack is corrupt).

@@ -1,4 +1,5 @@
 import CRunLoopMonitor
+import Foundation
 import Glibc
 @testable import RunLoopMonitor
 import Synchronization
@@ -68,6 +69,54 @@ extension RunLoopMonitorSuites {
         }
         // The walk did follow real tables some of the time (not only stop at the first frame).
         #expect(depths[2...].reduce(0, +) > 0, "\(depths)")
+    }
+
+    /// Interrupted in a PLT stub (the jump to a shared library's function, whose CFA rule is a
+    /// DWARF expression), the walk still finds the caller: before the stub's push and after it.
+    @Test(.enabled(if: crlm_unwind_cfi_supported()))
+    func aContextInAPLTStubStillReachesTheCaller() throws {
+        let plt = try #require(try Self.firstPLTEntry(), "no .plt section in the test executable")
+        let caller = UInt64(UInt(bitPattern: unsafeBitCast(crlm_capture as @convention(c) (Int32, Int64, Int64, UnsafeMutablePointer<UInt64>?, Int32, UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<Int32>?, UnsafeMutablePointer<Int32>?) -> Int32, to: UnsafeRawPointer.self))) + 16
+        var stack = [UInt64](repeating: 0, count: 64)
+        for (offset, slot) in [(UInt64(0), 0), (UInt64(11), 1)] {  // before and after `push $n`
+            stack[slot] = caller
+            if slot == 1 { stack[0] = 7 }  // the pushed relocation index
+            let n = stack.withUnsafeMutableBufferPointer { buffer -> Int32 in
+                let sp = UInt64(UInt(bitPattern: buffer.baseAddress))
+                var registers = [UInt64](repeating: 0, count: Int(CRLM_CFI_REGISTERS))
+                registers[7] = sp
+                registers[16] = plt + offset
+                var out = [UInt64](repeating: 0, count: 8)
+                let n = crlm_unwind_cfi(registers, UInt(sp) + UInt(buffer.count * 8), &out, 8)
+                #expect(n >= 2 && out[1] == caller, "offset \(offset): \(out.prefix(Int(max(n, 0))))")
+                return n
+            }
+            #expect(n >= 2)
+        }
+    }
+
+    /// The address of the executable's second PLT entry (the first is the resolver's), read from
+    /// its section headers.
+    static func firstPLTEntry() throws -> UInt64? {
+        let data = try Data(contentsOf: URL(fileURLWithPath: "/proc/self/exe"))
+        func read<T: FixedWidthInteger>(_ offset: Int, _: T.Type) -> T {
+            data.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: T.self) }
+        }
+        let sectionHeaders = Int(read(0x28, UInt64.self)), size = Int(read(0x3a, UInt16.self))
+        let count = Int(read(0x3c, UInt16.self)), namesIndex = Int(read(0x3e, UInt16.self))
+        let names = Int(read(sectionHeaders + namesIndex * size + 0x18, UInt64.self))
+        for index in 0..<count {
+            let header = sectionHeaders + index * size
+            let nameStart = names + Int(read(header, UInt32.self))
+            let name = String(decoding: data[nameStart..<(data[nameStart...].firstIndex(of: 0) ?? nameStart)], as: UTF8.self)
+            guard name == ".plt" else { continue }
+            var image = [CChar](repeating: 0, count: 1024), symbol = [CChar](repeating: 0, count: 8)
+            var base: UInt64 = 0, symbolAddress: UInt64 = 0
+            let anchor = UInt64(UInt(bitPattern: unsafeBitCast(SplitMix64.self as Any.Type, to: UnsafeRawPointer.self)))
+            guard crlm_dladdr(anchor, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return nil }
+            return base + read(header + 0x10, UInt64.self) + 16
+        }
+        return nil
     }
 
     /// A thread that unblocked the signal but registered no stack bounds is unwound by the same

@@ -141,14 +141,16 @@ extension RunLoopMonitorSuites {
         usleep(10_000)
         var unwinders = Set<RawStack.Unwinder>()
         var named = 0
+        var unnamed: [String] = []
         for _ in 0..<50 {
             let stack = try ThreadStack.captureAddresses(threadID: spinner.threadID)
             unwinders.insert(stack.unwinder)
-            if symbols(ThreadStack.symbolicate(stack)).contains("monitorTestCrunch(until:)") { named += 1 }
+            let names = symbols(ThreadStack.symbolicate(stack))
+            if names.contains("monitorTestCrunch(until:)") { named += 1 } else { unnamed.append("\(stack.unwinder): \(names.prefix(6))") }
         }
         // Every sample is inside the function, except under a sanitizer, whose runtime delivers
         // signals only at its interceptors (often the clock read in the caller's loop).
-        #expect(sanitized ? named > 0 : named == 50)
+        #expect(sanitized ? named > 0 : named == 50, "\(unnamed)")
         if ThreadStack.framePointersUsable { #expect(unwinders.contains(.framePointers)) }
     }
 }
