@@ -62,6 +62,7 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
+                "RunLoopScheduling",
                 "CRunLoopKit",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -121,9 +122,21 @@ let package = Package(
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
         ),
+        // Test-only: misuse of RunLoopScheduling that must stop the process with a precondition
+        // message (Tests/SchedulingProbe/main.swift); RunLoopSchedulingTests launch it.
+        .executableTarget(
+            name: "SchedulingProbe",
+            dependencies: ["RunLoopKit", "RunLoopScheduling"],
+            path: "Tests/SchedulingProbe"
+        ),
         .testTarget(
             name: "RunLoopSchedulingTests",
-            dependencies: ["RunLoopKit", "RunLoopScheduling"]
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopScheduling",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

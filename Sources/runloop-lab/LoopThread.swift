@@ -88,4 +88,7 @@ final class SharedCounter: Sendable {
 
     /// The current value.
     var count: Int { value.load(ordering: .relaxed) }
+
+    /// Sets the counter back to zero.
+    func reset() { value.store(0, ordering: .relaxed) }
 }

@@ -30,7 +30,7 @@ public final class CommitCoalescer: Sendable {
     ///
     /// - Precondition: `modes` is not empty.
     public init(loop: RunLoop, modes: [RunLoop.Mode] = [.common], order: Int = CommitCoalescer.defaultOrder) {
-        precondition(!modes.isEmpty, "RunLoopScheduling: CommitCoalescer needs at least one mode")
+        require(!modes.isEmpty, "CommitCoalescer needs at least one mode")
         self.loop = loop
         self.order = order
         let core = Core(loop: loop)

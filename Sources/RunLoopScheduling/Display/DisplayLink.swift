@@ -54,8 +54,8 @@ public final class DisplayLink: Sendable {
         handler: @escaping @Sendable (Frame) -> Void
     ) {
         requirePositive(framesPerSecond, "DisplayLink framesPerSecond")
-        precondition(framesPerSecond <= 1_000_000, "RunLoopScheduling: DisplayLink framesPerSecond must be at most 1,000,000 (got \(framesPerSecond))")
-        precondition(!modes.isEmpty, "RunLoopScheduling: DisplayLink needs at least one mode")
+        require(framesPerSecond <= 1_000_000, "DisplayLink framesPerSecond must be at most 1,000,000 (got \(framesPerSecond))")
+        require(!modes.isEmpty, "DisplayLink needs at least one mode")
         self.loop = loop
         self.framesPerSecond = framesPerSecond
         let interval = Int64(1_000_000_000 / framesPerSecond)

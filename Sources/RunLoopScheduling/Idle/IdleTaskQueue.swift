@@ -96,7 +96,7 @@ public final class IdleTaskQueue: Sendable {
     ) {
         requirePositive(budget, "IdleTaskQueue budget")
         requirePositive(capacity, "IdleTaskQueue capacity")
-        precondition(!modes.isEmpty, "RunLoopScheduling: IdleTaskQueue needs at least one mode")
+        require(!modes.isEmpty, "IdleTaskQueue needs at least one mode")
         self.loop = loop
         self.modes = modes
         self.budget = budget

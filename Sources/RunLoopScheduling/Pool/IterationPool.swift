@@ -5,9 +5,9 @@ import Synchronization
 /// until the end of the loop's iteration, and closures handed to ``defer(_:)`` run then (closing
 /// descriptors, returning buffers, dropping caches at a point the caller can reason about).
 ///
-/// As UIKit's pools: a level is pushed when a run of the loop begins (`entry`, order
-/// `Int.min + 1`); it is drained when the loop is about to sleep (`beforeWaiting`) and drained and
-/// popped when the run ends (`exit`, order `Int.max`), each run level on its own, so a nested run
+/// As UIKit's pools: a level is pushed when a run of the loop begins (`entry`, at ``pushOrder``);
+/// it is drained when the loop is about to sleep (`beforeWaiting`) and drained and popped when the
+/// run ends (`exit`), both at ``popOrder``, each run level on its own, so a nested run
 /// lets go of only what was handed over inside it. A drain goes last in, first out. What is handed
 /// over during a drain (by a deferred closure or a deinit) waits for the next drain, and the loop
 /// is woken for it: a closure that defers itself forever runs once per iteration and cannot
@@ -17,24 +17,45 @@ import Synchronization
 /// stays on its loop until ``invalidate()`` or the loop's thread exits; either lets go of
 /// everything pending at once (on the calling or exiting thread).
 public final class IterationPool: Sendable {
+    /// The default order of the push at `entry`: before every other observer.
+    public static let defaultPushOrder = Int.min + 1
+    /// The default order of the drain at `beforeWaiting` and `exit`: after every other observer,
+    /// an ``IdleTaskQueue``'s (`Int.max - 999`, DWURunLoopWorkDistribution's) included.
+    public static let defaultPopOrder = Int.max
+    /// UIKit's orders on the iOS main loop, `-2147483647` and `2147483647` (32-bit bounds, although
+    /// `CFIndex` is 64-bit there): pass them to reproduce its observer list exactly. An observer
+    /// ordered above `2147483647` (DWURunLoopWorkDistribution's `NSIntegerMax - 999`) then runs
+    /// after the drain, and what it hands over waits for the next one.
+    public static let uiKitOrders = (push: -2_147_483_647, pop: 2_147_483_647)
+
     /// The loop whose iterations drain the pool.
     public let loop: RunLoop
+    /// The order of the `entry` observer that pushes a level.
+    public let pushOrder: Int
+    /// The order of the `beforeWaiting` and `exit` observer that drains (and at exit pops) it.
+    public let popOrder: Int
 
     private let core: Core
 
     /// A pool drained by `loop`'s iterations in `modes` (the common modes by default): runs in
-    /// other modes neither push a level nor drain.
-    public init(loop: RunLoop, modes: [RunLoop.Mode] = [.common]) {
-        precondition(!modes.isEmpty, "RunLoopScheduling: IterationPool needs at least one mode")
+    /// other modes neither push a level nor drain. `pushOrder` and `popOrder` place its two
+    /// observers among the loop's others (see ``uiKitOrders``).
+    public init(
+        loop: RunLoop, modes: [RunLoop.Mode] = [.common], pushOrder: Int = IterationPool.defaultPushOrder,
+        popOrder: Int = IterationPool.defaultPopOrder
+    ) {
+        require(!modes.isEmpty, "IterationPool needs at least one mode")
         self.loop = loop
+        self.pushOrder = pushOrder
+        self.popOrder = popOrder
         let core = Core(loop: loop)
         self.core = core
         let detach = DetachSignal { [core] in core.detached() }
-        let push = RunLoopObserver(activities: .entry, order: Int.min + 1) { [core] _, _ in
+        let push = RunLoopObserver(activities: .entry, order: pushOrder) { [core] _, _ in
             detach.keepAlive()
             core.push()
         }
-        let pop = RunLoopObserver(activities: [.beforeWaiting, .exit], order: Int.max) { [core] _, activity in
+        let pop = RunLoopObserver(activities: [.beforeWaiting, .exit], order: popOrder) { [core] _, activity in
             detach.keepAlive()
             core.drain(popping: activity == .exit)
         }

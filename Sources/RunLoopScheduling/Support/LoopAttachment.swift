@@ -29,13 +29,20 @@ extension RunLoop {
     }
 }
 
-/// The name a scheduling object uses in its preconditions.
-func requirePositive(_ value: Duration, _ what: String) {
-    precondition(value > .zero, "RunLoopScheduling: \(what) must be positive (got \(value))")
+/// Stops the process with `message` when `condition` is false: a precondition whose message is
+/// printed in optimized builds too (`precondition` drops it there).
+func require(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition { fatalError("RunLoopScheduling: " + message()) }
 }
 
+/// Stops the process when `value` is not above zero, naming `what`.
+func requirePositive(_ value: Duration, _ what: String) {
+    require(value > .zero, "\(what) must be positive (got \(value))")
+}
+
+/// Stops the process when `value` is not above zero, naming `what`.
 func requirePositive(_ value: Int, _ what: String) {
-    precondition(value > 0, "RunLoopScheduling: \(what) must be positive (got \(value))")
+    require(value > 0, "\(what) must be positive (got \(value))")
 }
 
 /// A caller's key (`AnyHashable`, which the standard library does not mark `Sendable` because it

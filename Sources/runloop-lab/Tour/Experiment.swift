@@ -22,5 +22,9 @@ enum Tour {
         KeepAliveThreads(),
         LagMonitorSideBySide(),
         HotThread(),
+        IdleImageLoading(),
+        MainLoopObservers(),
+        CoalescedCommit(),
+        DisplayLinkStall(),
     ]
 }

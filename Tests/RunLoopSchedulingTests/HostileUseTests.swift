@@ -1,0 +1,180 @@
+import Foundation
+import Glibc
+import Metrics
+import MetricsTestKit
+import RunLoopKit
+import RunLoopScheduling
+import Synchronization
+import Testing
+
+/// swift-metrics is bootstrapped once per process; the FrameRateMonitor tests tell their metrics
+/// apart by the `loop` label.
+let testMetrics: TestMetrics = {
+    let metrics = TestMetrics()
+    MetricsSystem.bootstrap(metrics)
+    return metrics
+}()
+
+/// Runs SchedulingProbe (built beside the test binary) with `scenario`; returns its exit status
+/// (negative: killed by that signal) and standard error.
+func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: String) {
+    let testBinary = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: testBinary).deletingLastPathComponent()
+        .appendingPathComponent("SchedulingProbe")
+    process.arguments = [scenario]
+    var environment = ProcessInfo.processInfo.environment
+    environment["SWIFT_BACKTRACE"] = "enable=no"
+    environment["ASAN_OPTIONS"] = (environment["ASAN_OPTIONS"].map { $0 + ":" } ?? "") + "detect_leaks=0"
+    process.environment = environment
+    let err = Pipe()
+    process.standardError = err
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    // The probe stops at once; reading to the end waits for it, then the status is there.
+    let data = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
+    return (status, String(decoding: data, as: UTF8.self))
+}
+
+@Suite struct HostileUseTests {
+    /// Non-positive budgets, capacities, timeouts, frame rates and windows, and empty mode lists,
+    /// stop the process with a message that names the parameter and the value.
+    @Test(arguments: [
+        ("idle-budget", "IdleTaskQueue budget must be positive (got 0.0 seconds)"),
+        ("idle-capacity", "IdleTaskQueue capacity must be positive (got 0)"),
+        ("idle-timeout", "IdleTaskQueue task timeout must be positive (got -0.005 seconds)"),
+        ("idle-modes", "IdleTaskQueue needs at least one mode"),
+        ("fps-zero", "DisplayLink framesPerSecond must be positive (got 0)"),
+        ("fps-huge", "DisplayLink framesPerSecond must be at most 1,000,000 (got 2000000)"),
+        ("fps-window", "FrameRateMonitor window must be positive (got 0.0 seconds)"),
+        ("commit-modes", "CommitCoalescer needs at least one mode"),
+        ("pool-modes", "IterationPool needs at least one mode"),
+    ])
+    func badInputStopsWithAClearMessage(scenario: String, message: String) throws {
+        let probe = try runSchedulingProbe(scenario)
+        #expect(probe.status < 0, "\(scenario) did not stop: status \(probe.status)")
+        #expect(probe.stderr.contains("RunLoopScheduling: " + message), "\(probe.stderr)")
+    }
+
+    /// A commit that asks for itself again, forever: once per iteration, and timers keep firing.
+    @Test func aCommitThatRequestsItselfForeverCannotStarveTimers() {
+        onNewThread { loop in
+            let coalescer = CommitCoalescer(loop: loop, modes: [.default])
+            defer { coalescer.invalidate() }
+            let commits = Count()
+            let points = Count()
+            let observer = RunLoopObserver(activities: [.beforeWaiting, .exit], order: Int.min) { _, _ in points.add() }
+            loop.add(observer, forMode: .default)
+            defer { observer.invalidate() }
+            @Sendable func again() {
+                commits.add()
+                coalescer.setNeedsCommit(key: "self", again)
+            }
+            loop.perform { coalescer.setNeedsCommit(key: "self", again) }
+            let fired = Count()
+            let timer = RunLoopTimer(after: .milliseconds(5), repeating: .milliseconds(5)) { _ in fired.add() }
+            loop.add(timer, forMode: .default)
+            defer { timer.invalidate() }
+            run(loop, until: { fired.value >= 20 })
+            #expect(fired.value >= 20)
+            // Once per beforeWaiting or exit, never more.
+            #expect(commits.value > 20)
+            #expect(commits.value <= points.value)
+        }
+    }
+
+    /// An idle task that enqueues a new copy of itself (not `.more`) runs once per idle period:
+    /// the period runs only what was queued before it began, so timers keep firing.
+    @Test func anIdleTaskThatReenqueuesItselfCannotStarveTimers() {
+        onNewThread { loop in
+            let queue = IdleTaskQueue(loop: loop, budget: .milliseconds(50))
+            defer { queue.invalidate() }
+            let runs = Count()
+            @Sendable func task(_ deadline: IdleDeadline) -> IdleTaskResult {
+                runs.add()
+                queue.enqueue(task)
+                return .done
+            }
+            queue.enqueue(task)
+            let fired = Count()
+            let timer = RunLoopTimer(after: .milliseconds(5), repeating: .milliseconds(5)) { _ in fired.add() }
+            loop.add(timer, forMode: .default)
+            defer { timer.invalidate() }
+            let counter = ActivityCounter(loop)
+            run(loop, until: { fired.value >= 20 })
+            #expect(fired.value >= 20)
+            #expect(runs.value > 20)
+            #expect(runs.value <= counter.beforeWaiting.value)
+        }
+    }
+
+    /// The link's thread exits while frames come: the handler is released; the link, invalid,
+    /// takes pause and invalidate calls without effect.
+    @Test func aDisplayLinkIsReleasedAndClosedWhenItsThreadExits() {
+        let object = Tracked()
+        let watch = WeakRef(object)
+        let holder = Mutex<DisplayLink?>(nil)
+        onNewThread { [object] loop in
+            let frames = Count()
+            let link = DisplayLink(loop: loop, framesPerSecond: 200) { [object] _ in
+                _ = object
+                frames.add()
+            }
+            holder.withLock { $0 = link }
+            run(loop, until: { frames.value >= 3 })
+        }
+        _ = consume object
+        #expect(watch.isReleased)
+        #expect(holder.withLock { $0 }?.isValid == false)
+        let link = holder.withLock { $0 }
+        link?.isPaused = true  // on a closed link: nothing happens, no crash
+        link?.invalidate()
+    }
+
+    /// Everything of the module on a loop whose thread exits with work pending: all released.
+    @Test func everythingPendingIsReleasedWhenTheThreadExits() {
+        let objects = (0..<4).map { _ in Tracked() }
+        let watches = objects.map(WeakRef.init)
+        onNewThread { [objects] loop in
+            let idle = IdleTaskQueue(loop: loop)
+            let commit = CommitCoalescer(loop: loop)
+            let pool = IterationPool(loop: loop)
+            let link = DisplayLink(loop: loop, framesPerSecond: 1) { [object = objects[3]] _ in _ = object }
+            idle.enqueue(timeout: .seconds(60)) { [object = objects[0]] _ in _ = object; return .done }
+            commit.setNeedsCommit(key: 1) { [object = objects[1]] in _ = object }
+            pool.release(objects[2])
+            withExtendedLifetime((idle, commit, pool, link)) {}
+        }
+        _ = consume objects
+        for watch in watches { #expect(watch.isReleased) }
+    }
+
+    /// FrameRateMonitor's metrics: the FPS gauge, frame and dropped-frame counters, and one
+    /// counter per bucket.
+    @Test func frameRateMonitorReportsToSwiftMetrics() throws {
+        _ = testMetrics
+        onNewThread { loop in
+            let link = DisplayLink(loop: loop, framesPerSecond: 100) { _ in }
+            defer { link.invalidate() }
+            let monitor = FrameRateMonitor(link: link, window: .milliseconds(100), label: "metered")
+            run(loop, until: { monitor.lastReport != nil })
+            loop.perform { spin(for: .milliseconds(60)) }
+            run(loop, until: { monitor.totals.droppedFrames >= 3 })
+            let totals = monitor.totals
+            #expect(totals.droppedFrames >= 3)
+        }
+        let loop = [("loop", "metered")]
+        let fps = try testMetrics.expectGauge("runloop_fps", loop)
+        #expect((fps.lastValue ?? 0) > 0)
+        let frames = try testMetrics.expectCounter("runloop_frames_total", loop)
+        #expect(frames.totalValue >= 10)
+        let dropped = try testMetrics.expectCounter("runloop_frames_dropped_total", loop)
+        #expect(dropped.totalValue >= 3)
+        let best = try testMetrics.expectCounter("runloop_frame_drops_total", [("loop", "metered"), ("bucket", "best")])
+        #expect(best.totalValue >= 1)
+        let middle = try testMetrics.expectCounter("runloop_frame_drops_total", [("loop", "metered"), ("bucket", "middle")])
+        #expect(middle.totalValue >= 1)
+    }
+}
