@@ -20,6 +20,7 @@ let package = Package(
                 "CBenchSupport",
                 .product(name: "RunLoopKit", package: "RunLoopKit"),
                 .product(name: "RunLoopMonitor", package: "RunLoopKit"),
+                .product(name: "RunLoopScheduling", package: "RunLoopKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -21,6 +21,11 @@ func workloads(full: Bool) -> [any Workload] {
         StallMonitorWorkload(),
         StackCaptureWorkload(),
         CPUScanWorkload(),
+        IdleFeedWorkload(),
+        SchedulingWakeupsWorkload(),
+        SchedulingCostWorkload(),
+        CommitWorkload(),
+        DisplayLinkWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)

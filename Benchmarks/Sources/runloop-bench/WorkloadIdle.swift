@@ -19,17 +19,7 @@ struct IdleWorkload: Workload {
     var metrics: [Metric] { [Metric("wakeups", "wakeups in 2 s", .count, .lowerIsBetter)] }
 
     private func measure(tid: Int32) -> Measurement {
-        let control = cbench_control_thread_start()
-        defer { cbench_control_thread_stop() }
-        usleep(100_000)  // let the loop go back to sleep after the call that gave its tid
-        let loop0 = cbench_thread_context_switches(tid)
-        let control0 = cbench_thread_context_switches(control)
-        let end = cbench_now_ns() + windowNs
-        while cbench_now_ns() < end { usleep(UInt32((end - min(end, cbench_now_ns())) / 1000)) }
-        let loop1 = cbench_thread_context_switches(tid)
-        let control1 = cbench_thread_context_switches(control)
-        precondition(loop0 >= 0 && loop1 >= 0 && control0 >= 0 && control1 >= 0, "cannot read /proc/self/task/*/status")
-        return ["wakeups": Double((loop1 - loop0) - (control1 - control0))]
+        ["wakeups": Double(wakeups(ofThread: tid, overNanoseconds: windowNs))]
     }
 
     func runRunLoopKit() -> Measurement {
@@ -77,4 +67,21 @@ struct IdleWorkload: Workload {
                 measured: String(format: "median %.0f, max %.0f", mine.median, mine.max))
         ]
     }
+}
+
+/// Kernel wakeups of thread `tid` over `window` ns, once it settled (100 ms): its context switches
+/// (voluntary + nonvoluntary, /proc/self/task/TID/status) minus those of a control thread blocked
+/// in sem_wait over the same window.
+func wakeups(ofThread tid: Int32, overNanoseconds window: UInt64) -> Int {
+    let control = cbench_control_thread_start()
+    defer { cbench_control_thread_stop() }
+    usleep(100_000)  // let the loop go back to sleep after the call that gave its tid
+    let loop0 = cbench_thread_context_switches(tid)
+    let control0 = cbench_thread_context_switches(control)
+    let end = cbench_now_ns() + window
+    while cbench_now_ns() < end { usleep(UInt32((end - min(end, cbench_now_ns())) / 1000)) }
+    let loop1 = cbench_thread_context_switches(tid)
+    let control1 = cbench_thread_context_switches(control)
+    precondition(loop0 >= 0 && loop1 >= 0 && control0 >= 0 && control1 >= 0, "cannot read /proc/self/task/*/status")
+    return (loop1 - loop0) - (control1 - control0)
 }

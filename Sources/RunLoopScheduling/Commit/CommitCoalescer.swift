@@ -53,7 +53,7 @@ public final class CommitCoalescer: Sendable {
     }
 
     /// How many keys have work waiting for the next commit.
-    public var pendingCount: Int { core.state.locked { $0.keys.count } }
+    public var pendingCount: Int { core.state.locked { $0.pending.keys.count } }
 
     /// How many commits ran some work.
     public var commitCount: Int { core.state.locked { $0.commits } }
@@ -69,48 +69,73 @@ public final class CommitCoalescer: Sendable {
 extension CommitCoalescer {
     typealias Work = @Sendable () -> Void
 
+    /// A work in a struct: a closure stored straight into an array is reabstracted through a
+    /// heap-allocated thunk, one allocation per `setNeedsCommit`; a struct field is not.
+    struct Item: Sendable {
+        let work: Work
+    }
+
+    /// One iteration's batch: each key once, in the order first set, with its latest work.
+    struct Batch: Sendable {
+        var keys: [Key] = []
+        var items: [Item] = []
+        var index: [Key: Int] = [:]
+
+        var isEmpty: Bool { keys.isEmpty }
+
+        /// Emptied, keeping its storage for a later batch; what it held is released here.
+        mutating func clear() {
+            keys.removeAll(keepingCapacity: true)
+            items.removeAll(keepingCapacity: true)
+            index.removeAll(keepingCapacity: true)
+        }
+    }
+
     struct State: ~Copyable {
         var valid = true
-        var keys: [Key] = []
-        var works: [Work] = []
-        var index: [Key: Int] = [:]
+        var pending = Batch()
+        /// The storage of the last batch committed, emptied, for the next one: a steady stream of
+        /// batches allocates nothing.
+        var spare = Batch()
         /// The loop's pass generation of the last commit: work set on the loop's thread after it,
         /// in the same pass, would wait for an unrelated wakeup.
         var committedInGeneration: UInt64 = .max
         var commits = 0
 
-        mutating func take() -> (keys: [Key], works: [Work]) {
-            defer {
-                keys = []
-                works = []
-                index = [:]
-            }
-            return (keys, works)
+        /// The pending batch, replaced by the spare one.
+        mutating func take() -> Batch {
+            defer { spare = Batch() }
+            swap(&pending, &spare)
+            return spare
         }
     }
 
     final class Core: Sendable {
         weak let loop: RunLoop?
+        let running: LoopOnItsThread
         let state = Mutex(State())
         let observer = Mutex(Weak<RunLoopObserver>())
 
-        init(loop: RunLoop) { self.loop = loop }
+        init(loop: RunLoop) {
+            self.loop = loop
+            running = LoopOnItsThread(loop)
+        }
 
         func set(key: Key, _ work: @escaping Work) {
-            guard let loop else { return }
             let (wasEmpty, lastCommit, accepted) = state.locked { state -> (Bool, UInt64, Bool) in
                 guard state.valid else { return (false, 0, false) }
-                let wasEmpty = state.keys.isEmpty
-                if let position = state.index[key] {
-                    state.works[position] = work
+                let wasEmpty = state.pending.isEmpty
+                if let position = state.pending.index[key] {
+                    state.pending.items[position] = Item(work: work)
                 } else {
-                    state.index[key] = state.keys.count
-                    state.keys.append(key)
-                    state.works.append(work)
+                    state.pending.index[key] = state.pending.keys.count
+                    state.pending.keys.append(key)
+                    state.pending.items.append(Item(work: work))
                 }
                 return (wasEmpty, state.committedInGeneration, true)
             }
-            guard accepted, wasEmpty else { return }
+            // Only the first work of a batch may need a wakeup (the loop is loaded only then).
+            guard accepted, wasEmpty, let loop else { return }
             // Off the loop's thread the loop may be asleep. On it, the commit of this pass may be
             // over already (work set by a commit, or by a later beforeWaiting observer): wake it.
             if !loop.isCurrent || loop.phaseSnapshot.generation == lastCommit { loop.wakeUp() }
@@ -118,21 +143,29 @@ extension CommitCoalescer {
 
         /// The observer: runs the work set so far, each key's latest once, in key order.
         func commit() {
-            guard let loop else { return }
-            let generation = loop.phaseSnapshot.generation
-            let batch = state.locked { state -> (keys: [Key], works: [Work]) in
+            let generation = running.withLoop { $0.phaseSnapshot.generation }
+            var batch = state.locked { state -> Batch? in
                 state.committedInGeneration = generation
-                guard state.valid, !state.keys.isEmpty else { return ([], []) }
+                guard state.valid, !state.pending.isEmpty else { return nil }
                 state.commits += 1
                 return state.take()
             }
-            for work in batch.works { work() }
+            guard batch != nil else { return }
+            for item in batch!.items { item.work() }
+            batch!.clear()  // releases the works and keys with no lock held
+            state.locked { state in
+                if state.valid && state.spare.keys.capacity < batch!.keys.capacity { swap(&state.spare, &batch!) }
+            }
         }
 
         func invalidate() {
-            let dropped = state.locked { state -> [Work] in
+            let dropped = state.locked { state -> (Batch, Batch) in
                 state.valid = false
-                return state.take().works
+                defer {
+                    state.pending = Batch()
+                    state.spare = Batch()
+                }
+                return (state.pending, state.spare)
             }
             observer.locked { $0.value }?.invalidate()
             withExtendedLifetime(dropped) {}

@@ -54,12 +54,15 @@ public struct IdleDeadline: Sendable {
 ///   commit at 2,000,000, before the release pool's pop at `Int.max`) starts an *idle period*, in
 ///   the queue's modes only, when the loop has no input waiting (an iteration that has some is not
 ///   idle: it runs none). The period runs the tasks queued before it began, oldest first: at least
-///   one, then more while ``IdleDeadline/shouldYield`` is false. Its budget ends at
-///   `now + budget` or the mode's next timer, whichever is first.
+///   one, then more while ``IdleDeadline/shouldYield`` is false and what is left of the budget
+///   holds another task of the queue's average length (a moving average of the tasks it ran).
+///   Its budget ends at `now + budget` or the mode's next timer, whichever is first, so a timer
+///   waits at most for the one task in progress.
 /// - **Staying awake.** While tasks remain, the period ends with `wakeUp()`, so the loop takes
-///   another pass instead of sleeping; when the queue is empty nothing keeps it awake: no
-///   keep-alive timer (DWU wakes its loop 10 times a second forever), no spin (a GLib idle that
-///   returns CONTINUE takes a core).
+///   another pass instead of sleeping, unless the mode's next timer is due sooner than an average
+///   task would take: then the loop sleeps until that timer, and the next period follows it. When
+///   the queue is empty nothing keeps the loop awake: no keep-alive timer (DWU wakes its loop 10
+///   times a second forever), no spin (a GLib idle that returns CONTINUE takes a core).
 /// - **Keys.** A task with a key replaces the queued task with that key, in O(1) (Texture's
 ///   ASRunLoopQueue scans the queue).
 /// - **Capacity.** Past `capacity` tasks the oldest is dropped and counted in ``droppedCount``.
@@ -176,6 +179,8 @@ extension IdleTaskQueue {
         var timerArmedFor: ContinuousClock.Instant?
         /// Whether the loop's thread is inside this queue's idle period now.
         var inPeriod = false
+        /// A moving average (weight 1/8) of how long the tasks take, zero before the first.
+        var averageTask: Duration = .zero
 
         /// Forgets task `sequence` (its number stays in `order` until met).
         mutating func remove(_ sequence: UInt64) -> Entry? {
@@ -273,26 +278,44 @@ extension IdleTaskQueue {
 
         /// One idle period (the `beforeWaiting` observer).
         func runIdlePeriod() {
+            // An empty queue costs one uncontended lock per pass: no clock read, no system call
+            // (hasPendingInput polls epoll), no reference count touched.
+            guard state.locked({ $0.valid && !$0.live.isEmpty }) else { return }
             guard let loop else { return }
             if loop.hasPendingInput { return }  // not idle: the input wakes the loop anyway
             var end = deadline(after: budget)
-            if let mode = loop.currentMode, let timer = loop.nextTimerFireDate(forMode: mode), timer < end { end = timer }
-            let limit = state.locked { state -> UInt64 in
+            let timer = loop.currentMode.flatMap { loop.nextTimerFireDate(forMode: $0) }
+            if let timer, timer < end { end = timer }
+            let (limit, estimate) = state.locked { state -> (UInt64, Duration) in
                 state.inPeriod = true
-                return state.next
+                return (state.next, state.averageTask)
             }
+            var average = estimate
+            var ran = false
             while true {
+                // After the first task, another starts only if an average one fits.
+                if ran && ContinuousClock.now.advanced(by: average) > end { break }
                 guard let entry = state.locked({ state in state.valid ? state.popOldest(before: limit) : nil }) else { break }
                 let deadline = IdleDeadline(end: end, loop: loop, didTimeout: false)
+                let started = ContinuousClock.now
                 let result = entry.task(deadline)
+                let took = started.duration(to: .now)
+                average = average == .zero ? took : (average * 7 + took) / 8
+                ran = true
                 if result == .more { requeue(entry) }
                 if deadline.shouldYield { break }
             }
             let remaining = state.locked { state -> Bool in
                 state.inPeriod = false
+                state.averageTask = average
                 return state.valid && !state.live.isEmpty
             }
-            if remaining { loop.wakeUp() }
+            guard remaining else { return }
+            // A timer due before another task could finish wakes the loop anyway: sleep until it
+            // (asked again: a task may have moved or removed the timer).
+            let next = loop.currentMode.flatMap { loop.nextTimerFireDate(forMode: $0) }
+            if let next, ContinuousClock.now.advanced(by: average) > next { return }
+            loop.wakeUp()
         }
 
         /// Queues a task that asked for more again, at the tail, unless a newer task took its key
