@@ -178,3 +178,62 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: St
         #expect(middle.totalValue >= 1)
     }
 }
+
+@Suite struct IdleTimingTests {
+    /// A repeating timer among 3 ms tasks: the tasks all run, and a timer waits at most for the
+    /// task in progress. Real clock: the bound adds 20 ms for a loaded CI machine (the sanitizer
+    /// builds run several times slower); without the rule a fire could wait for a whole period.
+    @Test func aTimerWaitsAtMostForTheTaskInProgress() {
+        onNewThread { loop in
+            let queue = IdleTaskQueue(loop: loop, budget: .milliseconds(8))
+            defer { queue.invalidate() }
+            let done = Count()
+            for _ in 0..<40 {
+                queue.enqueue { _ in
+                    spin(for: .milliseconds(3))
+                    done.add()
+                    return .done
+                }
+            }
+            let worst = Mutex<Duration>(.zero)
+            let timer = RunLoopTimer(after: .milliseconds(10), repeating: .milliseconds(10)) { timer in
+                let late = ContinuousClock.now - timer.fireDate
+                worst.withLock { $0 = max($0, late) }
+            }
+            loop.add(timer, forMode: .default)
+            defer { timer.invalidate() }
+            run(loop, until: { done.value == 40 })
+            #expect(done.value == 40)
+            #expect(worst.withLock { $0 } < .milliseconds(23), "\(worst.withLock { $0 })")
+        }
+    }
+
+    /// The loop sleeps until an imminent timer instead of taking another pass; a task that removes
+    /// that timer must not strand the queue: it is asked again when the period ends.
+    @Test func aTaskThatRemovesTheImminentTimerDoesNotStrandTheQueue() {
+        onNewThread { loop in
+            let source = keepAlive(loop)
+            defer { source.invalidate() }
+            let queue = IdleTaskQueue(loop: loop, budget: .milliseconds(50))
+            defer { queue.invalidate() }
+            let timer = RunLoopTimer(after: .milliseconds(2), repeating: .milliseconds(2)) { _ in }
+            loop.add(timer, forMode: .default)
+            let done = Count()
+            for index in 0..<20 {
+                queue.enqueue { _ in
+                    spin(for: .milliseconds(3))
+                    if index == 3 { timer.invalidate() }
+                    done.add()
+                    if index == 19 { loop.stop() }
+                    return .done
+                }
+            }
+            // One run: a stranded queue would leave it asleep until its deadline.
+            let started = ContinuousClock.now
+            let result = loop.run(mode: .default, for: .seconds(5))
+            #expect(done.value == 20)
+            #expect(result == .stopped)
+            #expect(ContinuousClock.now - started < .seconds(4))
+        }
+    }
+}

@@ -15,7 +15,7 @@ struct IdleImageLoading: Experiment {
         "images" that take 3 ms each to decode (a busy loop) are loaded twice, on fresh threads: \
         first all in one callback, as a table view that decodes in cellForRow does; then one task \
         per image on an IdleTaskQueue (budget 4 ms), which runs them at beforeWaiting only when \
-        the loop would otherwise sleep and stops a period when the next frame is due, like the \
+        the loop would otherwise sleep and starts a task only if one fits before the next frame is due, like the \
         seeds' DWURunLoopWorkDistribution but without its 0.1 s keep-alive timer.
         """
 
