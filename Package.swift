@@ -110,6 +110,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Test-only: the one swift-metrics factory of the test process (Tests/SharedTestMetrics).
+        .target(
+            name: "SharedTestMetrics",
+            dependencies: [
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ],
+            path: "Tests/SharedTestMetrics"
+        ),
         .testTarget(
             name: "RunLoopMonitorTests",
             dependencies: [
@@ -117,6 +126,7 @@ let package = Package(
                 "RunLoopMonitor",
                 "CRunLoopMonitor",
                 "CAllocationCounter",
+                "SharedTestMetrics",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
@@ -134,6 +144,7 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopScheduling",
+                "SharedTestMetrics",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]

@@ -4,16 +4,10 @@ import Metrics
 import MetricsTestKit
 import RunLoopKit
 @testable import RunLoopMonitor
+import SharedTestMetrics
 import Synchronization
 import Testing
 
-/// swift-metrics is bootstrapped once per process: every test that checks metrics shares this
-/// factory and tells its own metrics apart by the thread-name dimension.
-let testMetrics: TestMetrics = {
-    let metrics = TestMetrics()
-    MetricsSystem.bootstrap(metrics)
-    return metrics
-}()
 
 extension RunLoopMonitorSuites {
 @Suite struct ReportingTests {

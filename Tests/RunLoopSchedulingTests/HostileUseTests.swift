@@ -4,16 +4,10 @@ import Metrics
 import MetricsTestKit
 import RunLoopKit
 import RunLoopScheduling
+import SharedTestMetrics
 import Synchronization
 import Testing
 
-/// swift-metrics is bootstrapped once per process; the FrameRateMonitor tests tell their metrics
-/// apart by the `loop` label.
-let testMetrics: TestMetrics = {
-    let metrics = TestMetrics()
-    MetricsSystem.bootstrap(metrics)
-    return metrics
-}()
 
 /// Runs SchedulingProbe (built beside the test binary) with `scenario`; returns its exit status
 /// (negative: killed by that signal) and standard error.
