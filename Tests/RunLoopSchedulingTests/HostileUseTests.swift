@@ -11,7 +11,7 @@ import Testing
 
 /// Runs SchedulingProbe (built beside the test binary) with `scenario`; returns its exit status
 /// (negative: killed by that signal) and standard error.
-func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: String) {
+func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: String, stdout: String) {
     let testBinary = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
     let process = Process()
     process.executableURL = URL(fileURLWithPath: testBinary).deletingLastPathComponent()
@@ -22,14 +22,23 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: St
     environment["ASAN_OPTIONS"] = (environment["ASAN_OPTIONS"].map { $0 + ":" } ?? "") + "detect_leaks=0"
     process.environment = environment
     let err = Pipe()
+    let out = Pipe()
     process.standardError = err
-    process.standardOutput = FileHandle.nullDevice
+    process.standardOutput = out
     try process.run()
-    // The probe stops at once; reading to the end waits for it, then the status is there.
+    // Standard output is read on another thread, so neither pipe can fill while the other is read
+    // to its end (which waits for the probe's exit).
+    let output = Mutex(Data())
+    let reader = DispatchGroup()
+    DispatchQueue.global().async(group: reader) {
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        output.withLock { $0 = data }
+    }
     let data = err.fileHandleForReading.readDataToEndOfFile()
+    reader.wait()
     process.waitUntilExit()
     let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
-    return (status, String(decoding: data, as: UTF8.self))
+    return (status, String(decoding: data, as: UTF8.self), String(decoding: output.withLock { $0 }, as: UTF8.self))
 }
 
 @Suite struct HostileUseTests {
@@ -50,6 +59,31 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: St
         let probe = try runSchedulingProbe(scenario)
         #expect(probe.status < 0, "\(scenario) did not stop: status \(probe.status)")
         #expect(probe.stderr.contains("RunLoopScheduling: " + message), "\(probe.stderr)")
+    }
+
+    /// No descriptor left: a display link says why it cannot start (EMFILE) and is invalid; pausing
+    /// and invalidating it are harmless; the idle queue and the coalescer need no descriptor and
+    /// still run; once descriptors are free, a new link starts.
+    @Test func aDisplayLinkWithNoDescriptorLeftReportsItAndNothingElseBreaks() throws {
+        let probe = try runSchedulingProbe("no-descriptors")
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("link error: Too many open files"), "\(probe.stdout)")
+        #expect(probe.stdout.contains("link valid: false"))
+        #expect(probe.stdout.contains("ran: commit,idle"))
+        #expect(probe.stdout.contains("after release: true"))
+        #expect(probe.stdout.contains("done"))
+    }
+
+    /// A forked child shares the link's timerfd: its pause and invalidate must not disarm the
+    /// parent's frames.
+    @Test func aForkedChildCannotStopTheParentsFrames() throws {
+        let probe = try runSchedulingProbe("fork-link")
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("child exit: 0"), "\(probe.stdout)")
+        // 300 ms at 100 Hz is 30 frames; 10 leaves room for a loaded machine.
+        let line = probe.stdout.split(separator: "\n").first { $0.hasPrefix("frames after the child: ") }
+        let frames = line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(frames >= 10, "\(probe.stdout)")
     }
 
     /// A commit that asks for itself again, forever: once per iteration, and timers keep firing.

@@ -94,6 +94,8 @@ final class EpollBackend: Sendable {
     private let closed = Mutex(false)
     /// The kernel id of the loop's thread (debug assertions).
     private let ownerTID: Int32
+    /// `crlk_fork_generation()` when the backend was made (see ``inForkedChild``).
+    private let forkGeneration: UInt64
     private let eventCapacity: Int32 = 64
     /// The loop thread's event buffer. `nonisolated(unsafe)`: only ``wait(in:blocking:into:)``
     /// touches the memory it points to, on the loop's thread.
@@ -121,6 +123,8 @@ final class EpollBackend: Sendable {
             throw error
         }
         self.ownerTID = ownerTID
+        crlk_watch_forks()
+        forkGeneration = crlk_fork_generation()
         events = .allocate(capacity: Int(eventCapacity))
         events.initialize(repeating: epoll_event(), count: Int(eventCapacity))
     }
@@ -138,7 +142,16 @@ final class EpollBackend: Sendable {
     // MARK: Waking
 
     /// Wakes the loop: makes its eventfd readable. Any thread; after ``close()`` it does nothing.
+    /// Whether this process is a child forked after the backend was made. Its descriptors are then
+    /// open files shared with the parent: a registration changed, the timerfd armed or the eventfd
+    /// written here would change the parent's loop (a source invalidated in the child would stop
+    /// the parent's events). In a child every such call does nothing; a loop from before the fork
+    /// cannot run there anyway (`RunLoop.preconditionNotForked`).
+    @inline(__always)
+    private var inForkedChild: Bool { _slowPath(crlk_fork_generation() != forkGeneration) }
+
     func signal() {
+        if inForkedChild { return }
         closed.locked { closed in
             guard !closed else { return }
             do throws(Errno) { try Counter.signal(wakeFD, .library) } catch {
@@ -167,6 +180,7 @@ final class EpollBackend: Sendable {
     ///
     /// - Throws: What timerfd_settime(2) reported (EINVAL for a deadline it cannot take).
     func arm(deadlineNs: Int64?) throws(Errno) {
+        if inForkedChild { return }
         try Counter.arm(timerFD, deadlineNs: deadlineNs)
     }
 
@@ -200,6 +214,7 @@ final class EpollBackend: Sendable {
     /// was closed while another reference kept the file open) is taken over.
     func watch(_ fd: Int32, for events: IOEvents, tag: UInt64, in set: InterestSet) -> WatchOutcome {
         precondition(tag >= Self.firstCallerTag, "RunLoopKit: tag \(tag) is reserved for the backend")
+        if inForkedChild { return .watching }
         do throws(Errno) {
             try Epoll.control(set.fd, EPOLL_CTL_ADD, fd: fd, owner: .caller, events: events.epollBits, tag: tag)
             return .watching
@@ -214,6 +229,7 @@ final class EpollBackend: Sendable {
 
     /// Changes what `fd` is watched for in `set`. Loop's lock held.
     func changeInterest(_ fd: Int32, to events: IOEvents, tag: UInt64, in set: InterestSet) -> WatchOutcome {
+        if inForkedChild { return .watching }
         do throws(Errno) {
             try Epoll.control(set.fd, EPOLL_CTL_MOD, fd: fd, owner: .caller, events: events.epollBits, tag: tag)
             return .watching
@@ -233,6 +249,7 @@ final class EpollBackend: Sendable {
     /// coming under the old tag: the caller then makes the set anew.
     @discardableResult
     func unwatch(_ fd: Int32, in set: InterestSet) -> Bool {
+        if inForkedChild { return true }
         do throws(Errno) {
             try Epoll.control(set.fd, EPOLL_CTL_DEL, fd: fd, owner: .caller, events: 0, tag: 0)
             return true

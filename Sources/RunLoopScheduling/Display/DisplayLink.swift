@@ -15,7 +15,8 @@ import SystemPackage
 /// display): frames are paced by the clock, as Choreographer does without vsync.
 ///
 /// The link stays on its loop until ``invalidate()`` or the loop's thread exits; either releases
-/// the handler and closes the timerfd.
+/// the handler and closes the timerfd. In a child made by `fork()`, pausing and invalidating
+/// leave the timerfd (shared with the parent) armed: the parent's frames go on.
 public final class DisplayLink: Sendable {
     /// One frame.
     public struct Frame: Sendable, Hashable {
