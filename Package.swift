@@ -110,14 +110,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // Test-only: the one swift-metrics factory of the test process (Tests/SharedTestMetrics).
+        // Test-only: what several test targets share: the one swift-metrics factory of the test
+        // process, and the launcher of the probe executables (Tests/SharedTestSupport).
         .target(
-            name: "SharedTestMetrics",
+            name: "SharedTestSupport",
             dependencies: [
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
-            path: "Tests/SharedTestMetrics"
+            path: "Tests/SharedTestSupport"
         ),
         .testTarget(
             name: "RunLoopMonitorTests",
@@ -126,7 +127,7 @@ let package = Package(
                 "RunLoopMonitor",
                 "CRunLoopMonitor",
                 "CAllocationCounter",
-                "SharedTestMetrics",
+                "SharedTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
@@ -144,7 +145,7 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopScheduling",
-                "SharedTestMetrics",
+                "SharedTestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]

@@ -4,7 +4,7 @@ import Metrics
 import MetricsTestKit
 import RunLoopKit
 @testable import RunLoopMonitor
-import SharedTestMetrics
+import SharedTestSupport
 import Synchronization
 import Testing
 

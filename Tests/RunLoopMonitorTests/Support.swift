@@ -1,3 +1,4 @@
+import SharedTestSupport
 import CRunLoopMonitor
 import Testing
 import Dispatch
@@ -91,38 +92,9 @@ func symbols(_ frames: [StackFrame]) -> [String] { frames.compactMap(\.symbol) }
 
 func milliseconds(_ duration: Duration) -> Double { Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15 }
 
-/// Runs MonitorProbe (built beside the test binary) with `arguments`; returns its exit status
-/// (negative: killed by that signal), standard output and standard error.
+/// Runs MonitorProbe with `arguments` (see SharedTestSupport's `runProbe`).
 func runMonitorProbe(_ arguments: [String], timeout: Duration = .seconds(60)) throws -> (status: Int32, stdout: String, stderr: String) {
-    let testBinary = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-    let probe = URL(fileURLWithPath: testBinary).deletingLastPathComponent().appendingPathComponent("MonitorProbe")
-    let process = Process()
-    process.executableURL = probe
-    process.arguments = arguments
-    var environment = ProcessInfo.processInfo.environment
-    environment["SWIFT_BACKTRACE"] = "enable=no"
-    environment["ASAN_OPTIONS"] = (environment["ASAN_OPTIONS"].map { $0 + ":" } ?? "") + "detect_leaks=0"
-    process.environment = environment
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let outData = Mutex(Data())
-    let errData = Mutex(Data())
-    let readers = DispatchGroup()
-    DispatchQueue.global().async(group: readers) { let d = out.fileHandleForReading.readDataToEndOfFile(); outData.locked { $0 = d } }
-    DispatchQueue.global().async(group: readers) { let d = err.fileHandleForReading.readDataToEndOfFile(); errData.locked { $0 = d } }
-    let deadline = ContinuousClock.now + timeout
-    while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-    if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    process.waitUntilExit()
-    readers.wait()
-    let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
-    return (
-        status, String(decoding: outData.locked { $0 }, as: UTF8.self),
-        String(decoding: errData.locked { $0 }, as: UTF8.self)
-    )
+    try runProbe("MonitorProbe", arguments, timeout: timeout)
 }
 
 /// Every RunLoopMonitor suite, one test at a time: captures are serialized process-wide (a stress

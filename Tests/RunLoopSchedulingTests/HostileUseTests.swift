@@ -4,41 +4,14 @@ import Metrics
 import MetricsTestKit
 import RunLoopKit
 import RunLoopScheduling
-import SharedTestMetrics
+import SharedTestSupport
 import Synchronization
 import Testing
 
 
-/// Runs SchedulingProbe (built beside the test binary) with `scenario`; returns its exit status
-/// (negative: killed by that signal) and standard error.
-func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stderr: String, stdout: String) {
-    let testBinary = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: testBinary).deletingLastPathComponent()
-        .appendingPathComponent("SchedulingProbe")
-    process.arguments = [scenario]
-    var environment = ProcessInfo.processInfo.environment
-    environment["SWIFT_BACKTRACE"] = "enable=no"
-    environment["ASAN_OPTIONS"] = (environment["ASAN_OPTIONS"].map { $0 + ":" } ?? "") + "detect_leaks=0"
-    process.environment = environment
-    let err = Pipe()
-    let out = Pipe()
-    process.standardError = err
-    process.standardOutput = out
-    try process.run()
-    // Standard output is read on another thread, so neither pipe can fill while the other is read
-    // to its end (which waits for the probe's exit).
-    let output = Mutex(Data())
-    let reader = DispatchGroup()
-    DispatchQueue.global().async(group: reader) {
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        output.withLock { $0 = data }
-    }
-    let data = err.fileHandleForReading.readDataToEndOfFile()
-    reader.wait()
-    process.waitUntilExit()
-    let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
-    return (status, String(decoding: data, as: UTF8.self), String(decoding: output.withLock { $0 }, as: UTF8.self))
+/// Runs SchedulingProbe with `scenario` (see SharedTestSupport's `runProbe`).
+func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: String, stderr: String) {
+    try runProbe("SchedulingProbe", [scenario])
 }
 
 @Suite struct HostileUseTests {
