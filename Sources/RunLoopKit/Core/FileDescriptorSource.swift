@@ -80,6 +80,8 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     public let order: Int
 
     let id: UInt64
+    /// Its name in traces (see `label`).
+    let traceNameSlot = TraceNameSlot()
     /// What the descriptor referred to when the source was made (device and inode).
     let identity: FileIdentity
     let handler: @Sendable (FileDescriptorSource, Events) -> Void

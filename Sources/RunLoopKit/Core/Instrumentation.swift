@@ -237,6 +237,9 @@ final class LoopInstrumentation: Sendable {
     /// Bits of ``flags``.
     static let stampPhases: UInt8 = 1
     static let reportIterations: UInt8 = 2
+    /// A trace buffer is attached (see Tracing.swift); not part of a pass's `flags`, which stamp
+    /// phases.
+    static let traceEvents: UInt8 = 4
 
     /// `generation << 8 | phase`: one word, so a reader sees a phase with its own pass.
     let phaseWord = Atomic<UInt64>(0)
@@ -251,6 +254,10 @@ final class LoopInstrumentation: Sendable {
     let flags = Atomic<UInt8>(0)
     /// Bumped when a reporter is added or removed: the loop then copies the list again.
     let reportersVersion = Atomic<UInt64>(0)
+    /// The attached trace buffer, and a version bumped at each change (the loop compares it once
+    /// per pass of its outermost run).
+    let traceBuffer = Mutex<TraceBuffer?>(nil)
+    let traceVersion = Atomic<UInt64>(0)
     private let reporters = Mutex<(nextID: UInt64, list: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)])>(
         (1, []))
 
@@ -286,8 +293,9 @@ final class LoopInstrumentation: Sendable {
             var flags: UInt8 = 0
             if watchers.load(ordering: .relaxed) > 0 { flags |= Self.stampPhases }
             if !reporters.list.isEmpty { flags |= Self.reportIterations | Self.stampPhases }
+            if traceBuffer.locked({ $0 != nil }) { flags |= Self.traceEvents }
             self.flags.store(flags, ordering: .relaxed)
-            if flags == 0 {
+            if flags & ~Self.traceEvents == 0 {
                 phaseStartNs.store(0, ordering: .relaxed)
                 busyStartNs.store(0, ordering: .relaxed)
             }
@@ -307,6 +315,10 @@ struct PassInstrumentation {
     var times = RunLoop.PhaseTimes()
     /// Whether ``LoopInstrumentation/busyStartNs`` was stamped since the pass began or last slept.
     var busyStamped = false
-    /// What ended the pass's wait (set only while reporting).
+    /// What ended the pass's wait (set only while reporting or tracing).
     var wakeReason: RunLoop.WakeReason = .none
+    /// A trace buffer is attached and the loop has its tracer (`LoopThreadState.tracer`).
+    var tracing = false
+    /// The run has begun its first pass (before it, `entry` observers belong to the first pass).
+    var begun = false
 }

@@ -45,6 +45,8 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
     public let order: Int
 
     let id: UInt64
+    /// Its name in traces (see `label`).
+    let traceNameSlot = TraceNameSlot()
     let handler: @Sendable (Message) -> Void
     let registration = Mutex(Source1Registration())
     private let queue = Mutex(PortQueue<Message>())

@@ -61,9 +61,11 @@ extension RunLoop {
         var context = beginRun(
             mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
             returnAfterSourceHandled: returnAfterSourceHandled)
+        if _slowPath(context.pass.tracing) { traceRunBegin(&context) }
         doObservers(.entry, &context)
         let result = runPasses(&context)
         doObservers(.exit, &context)
+        if _slowPath(context.pass.tracing) { traceRunEnd(result, &context) }
         endRun(&context)
         return result
     }
@@ -193,7 +195,10 @@ extension RunLoop {
             if _slowPath(context.pass.flags == 0) {
                 context.pass.flags = instrumentation.flags.load(ordering: .relaxed) & LoopInstrumentation.stampPhases
             }
-            if context.pass.flags & LoopInstrumentation.reportIterations != 0 { noteWakeReason(poll, &context) }
+            if context.pass.flags & LoopInstrumentation.reportIterations != 0 || context.pass.tracing {
+                noteWakeReason(poll, &context)
+                if context.pass.tracing { traceWake(&context) }
+            }
             if !poll { doObservers(.afterWaiting, &context) }
 
             doTimers(&context)
@@ -226,7 +231,11 @@ extension RunLoop {
             guard observer.activities.contains(activity), observer.isValid,
                 !observer.firing.exchange(true, ordering: .acquiring)
             else { continue }
+            if _slowPath(context.pass.tracing) {
+                traceCalloutBegin(observer, .observers, detail: UInt8(activity.rawValue.trailingZeroBitCount), &context)
+            }
             observer.handler(observer, activity)
+            if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
             observer.firing.store(false, ordering: .releasing)
             if !observer.repeats { observer.invalidate() }
         }
@@ -246,7 +255,9 @@ extension RunLoop {
             swap(&confined.blocks, &context.scratch.blocks)
             while let block = context.scratch.blocks.popFirst() {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
+                    if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
                     block.body()
+                    if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {
                     context.scratch.otherModes.append(block)
                 }
@@ -255,7 +266,9 @@ extension RunLoop {
         if let batch {
             while let block = batch.popFirst() {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
+                    if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
                     block.body()
+                    if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {
                     context.scratch.otherModes.append(block)
                 }
@@ -316,7 +329,9 @@ extension RunLoop {
             let source = context.scratch.signalled[index].source.takeUnretainedValue()
             index += 1
             if source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid {
+                if _slowPath(context.pass.tracing) { traceCalloutBegin(source, .sources0, &context) }
                 source.performCallout()
+                if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 handled = true
                 if context.returnAfterSourceHandled { break }
             }
@@ -426,7 +441,9 @@ extension RunLoop {
                 confined.firingBatch.modeIndex = modeIndex
                 confined.firingBatch.next = index
                 swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
+                if _slowPath(context.pass.tracing) { traceCalloutBegin(timer, .timers, &context) }
                 handler(timer)
+                if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
                 confined.firingBatch.modeIndex = -1
                 timer.endFiring()
@@ -626,7 +643,10 @@ extension RunLoop {
         while index < context.scratch.readySources1.count {
             let (item, events) = context.scratch.readySources1[index]
             index += 1
-            if item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self) {
+            if _slowPath(context.pass.tracing) { traceCalloutBegin(item, .sources1, &context) }
+            let performed = item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self)
+            if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
+            if performed {
                 handled = true
                 if context.returnAfterSourceHandled { break }
             }
@@ -669,6 +689,7 @@ extension RunLoop {
             return
         }
         enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
         if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
@@ -776,6 +797,7 @@ extension RunLoop {
             return
         }
         enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
         sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
         sleeping.store(true, ordering: .sequentiallyConsistent)
         defer { sleeping.store(false, ordering: .sequentiallyConsistent) }
@@ -865,14 +887,19 @@ extension RunLoop {
         // A run hears wakeUp() from its start (CoreFoundation's per-run data starts so).
         let outerAccepts = acceptsWakeUps.load(ordering: .relaxed)
         acceptsWakeUps.store(true, ordering: .relaxed)
-        return RunContext(
+        confined.runDepth += 1
+        if confined.runDepth == 1 { pickUpTraceBuffer() }
+        var context = RunContext(
             id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
             outerAcceptsWakeUps: outerAccepts, outerPhase: confined.phase,
             outerPhaseStartNs: instrumentation.phaseStartNs.load(ordering: .relaxed))
+        context.pass.tracing = confined.tracer != nil
+        return context
     }
 
     private func endRun(_ context: inout RunContext) {
+        confined.runDepth -= 1
         // wakeUp() calls this run ignored must not end the enclosing run's sleep (CoreFoundation
         // never sends them); what other requests were for, the enclosing wait looks at itself.
         dropIgnoredWakeUp()
@@ -947,7 +974,14 @@ extension RunLoop {
         // Not published yet: the pass's first phase publishes it with the new generation.
         confined.phase = .notRunning
         context.pass.busyStamped = false
-        context.pass.flags = instrumentation.flags.load(ordering: .relaxed)
+        context.pass.begun = true
+        let flags = instrumentation.flags.load(ordering: .relaxed)
+        context.pass.flags = flags & ~LoopInstrumentation.traceEvents
+        if _slowPath(flags & LoopInstrumentation.traceEvents != 0 || confined.tracer != nil) {
+            // Only between passes of the outermost run: no callout is in progress there.
+            if confined.runDepth == 1 { pickUpTraceBuffer() }
+            context.pass.tracing = confined.tracer != nil
+        }
         if context.pass.flags & LoopInstrumentation.reportIterations != 0 {
             context.pass.times = PhaseTimes()
             context.pass.wakeReason = .none
@@ -1220,4 +1254,12 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var reporting = false
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
+    /// Runs in progress (1 in the outermost run).
+    @exclusivity(unchecked) var runDepth = 0
+    /// The recording state while a trace buffer is attached (see Tracing.swift), and the attach
+    /// version it was made for.
+    @exclusivity(unchecked) var tracer: LoopTracer?
+    @exclusivity(unchecked) var traceVersion: UInt64 = 0
+    /// The last mode named in the trace, and its name's index.
+    @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
 }

@@ -19,6 +19,8 @@ public final class RunLoopObserver: Sendable, Hashable, CustomStringConvertible 
     let valid = Atomic<Bool>(true)
     let firing = Atomic<Bool>(false)
     let registrations = Mutex<[ItemRegistration]>([])
+    /// Its name in traces (see `label`).
+    let traceNameSlot = TraceNameSlot()
 
     /// Creates an observer.
     ///

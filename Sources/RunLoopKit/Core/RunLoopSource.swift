@@ -25,6 +25,8 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     /// Where the source was added, in the modes it was added for (``RunLoop/Mode/common``
     /// included), so that ``invalidate()`` can remove it everywhere.
     let registrations = Mutex<[ItemRegistration]>([])
+    /// Its name in traces (see `label`).
+    let traceNameSlot = TraceNameSlot()
 
     /// Creates a source.
     ///

@@ -35,6 +35,8 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// fired one-shot timer is then a push on a list rather than a coalescing free.
     private let stamp = Atomic<UInt64>(2)
     let state: Mutex<TimerState>
+    /// Its name in traces (see `label`).
+    let traceNameSlot = TraceNameSlot()
     /// The handler; nil once the timer is invalid, so nothing it captured outlives the timer's
     /// usefulness (stale heap entries may keep the timer object itself a while longer).
     ///

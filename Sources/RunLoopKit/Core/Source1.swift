@@ -15,7 +15,7 @@ struct Source1Registration: Sendable {
 /// The loop's view of a version-1 source: CoreFoundation's port-based source, here an item that
 /// the kernel (a descriptor becoming ready) or another thread (a message sent) makes ready, and
 /// that wakes the loop. Handled after the sleep, in ascending order.
-protocol Source1Item: AnyObject, Sendable {
+protocol Source1Item: TraceNamed, Sendable {
     /// Position among the mode's version-1 sources (ascending, stable for equal orders).
     var order: Int { get }
     /// Unique for the process's life: tags the item's kernel events.

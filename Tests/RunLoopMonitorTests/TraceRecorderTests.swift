@@ -1,0 +1,150 @@
+import Foundation
+import RunLoopKit
+import RunLoopMonitor
+import Synchronization
+import Testing
+
+import class RunLoopKit.RunLoop
+
+/// The trace recorder: what a recorded run holds, its JSON export, and bad input.
+@Suite("TraceRecorder")
+struct TraceRecorderTests {
+    /// The observer-log experiment (tour 1): an all-activities observer and a 100 ms repeating
+    /// timer, run for 350 ms. Returns the trace and the activities the observer saw, in order.
+    static func recordObserverLog(interval: Duration = .milliseconds(20), runFor: Duration = .milliseconds(70))
+        -> (Trace, [RunLoop.Activity], RunLoop.RunResult)
+    {
+        let recorder = try! TraceRecorder(capacityPerLoop: 4096)
+        let log = EventLog<RunLoop.Activity>()
+        let result = Mutex<RunLoop.RunResult?>(nil)
+        let thread = NamedThread(name: "observer-log") {
+            let loop = RunLoop.current
+            recorder.record(loop)
+            let observer = RunLoopObserver(activities: .allActivities) { _, activity in log.append(activity) }
+            observer.label = "log observer"
+            let timer = RunLoopTimer(after: interval, repeating: interval) { _ in }
+            timer.label = "repeating timer"
+            loop.add(observer, forMode: .default)
+            loop.add(timer, forMode: .default)
+            let outcome = loop.run(mode: .default, for: runFor)
+            result.withLock { $0 = outcome }
+            timer.invalidate()
+            observer.invalidate()
+        }
+        thread.join()
+        return (recorder.snapshot(), log.all, result.withLock { $0! })
+    }
+
+    @Test("a recorded observer-log run has the passes, sleeps and wake reasons of the text trace")
+    func observerLogMatchesTheTextTrace() throws {
+        let (trace, activities, result) = Self.recordObserverLog()
+        #expect(result == .timedOut)
+        let lane = try #require(trace.lanes.first)
+        #expect(lane.threadName == "observer-log")
+        let spans = lane.spans
+        // One run, in .default, ending as the run did.
+        let runs = spans.filter { $0.kind == .run }
+        #expect(runs.map(\.name) == [RunLoop.Mode.default.rawValue])
+        #expect(runs.first?.detail == "timedOut")
+        // Every observer call is a callout naming the observer, with its activity, in order.
+        let observerCalls = spans.filter { $0.kind == .callout && $0.name == "log observer" }
+        #expect(observerCalls.map(\.detail) == activities.map { $0.description })
+        // Passes: one per beforeTimers; sleeps: one per beforeWaiting, each woken as the text trace
+        // says: the timer, then the run's deadline.
+        let passes = Set(spans.filter { $0.kind != .counter }.flatMap { Array($0.firstPass...$0.lastPass) })
+        #expect(passes.count == activities.filter { $0 == .beforeTimers }.count)
+        let sleeps = spans.filter { $0.kind == .sleep }
+        #expect(sleeps.count == activities.filter { $0 == .beforeWaiting }.count)
+        let timerFires = spans.filter { $0.kind == .callout && $0.name == "repeating timer" }.count
+        #expect(sleeps.map(\.detail) == Array(repeating: "timer", count: timerFires) + ["timeout"])
+        #expect(timerFires == 3)
+        // The sleeps take the time: 70 ms of a 70 ms run, bar the passes' own work.
+        let slept = sleeps.reduce(Duration.zero) { $0 + $1.duration }
+        #expect(slept > .milliseconds(60))
+    }
+
+    @Test("the JSON export parses and every complete event nests within its thread")
+    func jsonNests() throws {
+        let (trace, _, _) = Self.recordObserverLog()
+        let json = trace.chromeTraceJSON()
+        let count = try TimelinePage.validate(json)
+        #expect(count > 20)
+        try Self.checkNesting(json)
+    }
+
+    /// Parses Chrome trace JSON and checks that, per thread, complete events form a tree.
+    static func checkNesting(_ json: [UInt8]) throws {
+        let object = try JSONSerialization.jsonObject(with: Data(json)) as! [String: Any]
+        let events = object["traceEvents"] as! [[String: Any]]
+        var byThread: [Int: [(ts: Double, end: Double, name: String)]] = [:]
+        for event in events where event["ph"] as? String == "X" {
+            let ts = (event["ts"] as! NSNumber).doubleValue
+            let dur = (event["dur"] as! NSNumber).doubleValue
+            byThread[(event["tid"] as! NSNumber).intValue, default: []].append((ts, ts + dur, event["name"] as! String))
+        }
+        #expect(!byThread.isEmpty)
+        for (tid, spans) in byThread {
+            let sorted = spans.sorted { $0.ts != $1.ts ? $0.ts < $1.ts : $0.end > $1.end }
+            var stack: [(ts: Double, end: Double, name: String)] = []
+            for span in sorted {
+                // Microseconds with three decimals, summed in doubles: a nanosecond of slack.
+                while let top = stack.last, top.end <= span.ts + 0.0015 { stack.removeLast() }
+                if let parent = stack.last {
+                    #expect(span.end <= parent.end + 0.0015, "thread \(tid): \(span) overlaps \(parent) without nesting")
+                }
+                stack.append(span)
+            }
+        }
+    }
+
+    @Test("a ring size of zero, negative or too large is a clear error", arguments: [0, -1, Int.min, (1 << 24) + 1])
+    func badRingSize(size: Int) {
+        #expect(throws: TraceRecorder.ConfigurationError.self) { try TraceRecorder(capacityPerLoop: size) }
+        do {
+            _ = try TraceRecorder(capacityPerLoop: size)
+        } catch {
+            #expect(error.description.contains("capacityPerLoop"))
+            #expect(error.description.contains("\(size)"))
+        }
+    }
+
+    @Test("a hot loop's repeated callouts fold into records of up to 64 calls")
+    func repeatsFold() throws {
+        let recorder = try TraceRecorder(capacityPerLoop: 1024)
+        let thread = NamedThread(name: "hot") {
+            let loop = RunLoop.current
+            recorder.record(loop)
+            let count = Counter()
+            let box = SourceBox()
+            let source = RunLoopSource {
+                if count.increment() < 640 { box.source?.signal() }
+            }
+            box.source = source
+            source.label = "hot source"
+            loop.add(source, forMode: .default)
+            source.signal()
+            while count.value < 640 { loop.run(mode: .default, for: .seconds(1)) }
+            source.invalidate()
+        }
+        thread.join()
+        let lane = try #require(recorder.snapshot().lanes.first)
+        let calls = lane.spans.filter { $0.kind == .callout && $0.name == "hot source" }
+        #expect(calls.reduce(0) { $0 + $1.calls } == 640)
+        #expect(calls.count <= 640 / 64 + 2)
+        #expect(calls.allSatisfy { $0.calls <= 64 })
+    }
+}
+
+/// A count shared with a callback.
+final class Counter: Sendable {
+    private let storage = Atomic<Int>(0)
+    func increment() -> Int { storage.add(1, ordering: .relaxed).newValue }
+    var value: Int { storage.load(ordering: .relaxed) }
+}
+
+/// A source its own perform re-signals, held weakly (no cycle through the closure).
+final class SourceBox: @unchecked Sendable {
+    // @unchecked: set once on the loop's thread before the source is signalled, then read only
+    // by the source's perform on that same thread.
+    weak var source: RunLoopSource?
+}
