@@ -23,6 +23,7 @@ final class LoopThread: Sendable {
     /// The thread's body: publishes the loop, runs `body`, signals the end.
     private func main(_ body: @Sendable (RunLoop) -> Void) {
         let loop = RunLoop.current
+        LabTrace.recordIfTracing(loop)
         published.withLock { $0 = loop }
         loopReady.signal()
         body(loop)

@@ -2,6 +2,7 @@ import Foundation
 import RunLoopKit
 import RunLoopMonitor
 import Synchronization
+import SharedTestSupport
 import Testing
 
 import class RunLoopKit.RunLoop
@@ -147,4 +148,72 @@ final class SourceBox: @unchecked Sendable {
     // @unchecked: set once on the loop's thread before the source is signalled, then read only
     // by the source's perform on that same thread.
     weak var source: RunLoopSource?
+}
+
+/// `TimelinePage` and `runloop-lab timeline` on files that are not good traces.
+@Suite("Timeline input")
+struct TimelineInputTests {
+    static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    @Test("not ours, truncated, huge or malformed: a clear error, never a crash")
+    func badInput() {
+        let cases: [(String, String)] = [
+            (#"{"name":"package.json","version":"1.0"}"#, "no \"traceEvents\" key"),
+            (#"{"traceEvents":[{"ph":"X","ts":1,"dur":2,"name":"a"},{"ph":"X","ts":"#, "not JSON"),
+            ("", "not JSON"),
+            ("\u{1F}\u{8B}binary", "not JSON"),
+            (#"{"traceEvents":{"ph":"X"}}"#, "not an array"),
+            (#"{"traceEvents":[{"ph":"X","ts":1,"name":"a"}]}"#, "non-negative \"dur\""),
+            (#"{"traceEvents":[{"ph":"i","name":"a"}]}"#, "finite numeric \"ts\""),
+            (#"[{"ts":1}]"#, "no \"ph\" string"),
+            (#"[1,2,3]"#, "not an object"),
+            ("42", "neither an object nor an array"),
+        ]
+        for (text, expected) in cases {
+            #expect(throws: TimelinePage.InputError.self) { try TimelinePage.validate(Self.bytes(text)) }
+            do {
+                _ = try TimelinePage.validate(Self.bytes(text))
+            } catch {
+                #expect(error.description.contains(expected), "\(text): \(error)")
+            }
+        }
+        let big = [UInt8](repeating: UInt8(ascii: " "), count: 2048)
+        #expect(throws: TimelinePage.InputError.tooLarge(bytes: 2048, limit: 1024)) {
+            try TimelinePage.validate(big, limit: 1024)
+        }
+    }
+
+    @Test("a trace's strings cannot end the page's script element")
+    func hostileNamesStayInside() throws {
+        let json = Self.bytes(#"{"traceEvents":[{"ph":"X","ts":0,"dur":1,"pid":1,"tid":1,"name":"</script><script>alert(1)</script>"}]}"#)
+        let page = try TimelinePage.html(chromeTrace: json, title: "<b>title</b>")
+        #expect(page.components(separatedBy: "</script>").count == 3)  // the data's and the code's ends only
+        #expect(page.contains("&lt;b&gt;title&lt;/b&gt;"))
+    }
+
+    @Test("runloop-lab timeline exits non-zero with the reason on bad input, and writes a page from a good one")
+    func timelineCommand() throws {
+        let directory = FileManager.default.temporaryDirectory.appending(path: "timeline-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let bad = directory.appending(path: "bad.json")
+        try Data(#"{"traceEvents":[{"ph":"X","#.utf8).write(to: bad)
+        let page = directory.appending(path: "page.html")
+        let failed = try runProbe("runloop-lab", ["timeline", bad.path, "-o", page.path])
+        #expect(failed.status == 1)
+        #expect(failed.stderr.contains("not JSON"))
+        #expect(!FileManager.default.fileExists(atPath: page.path))
+        let missing = try runProbe("runloop-lab", ["timeline", directory.appending(path: "none.json").path, "-o", page.path])
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("cannot open"))
+
+        let (trace, _, _) = TraceRecorderTests.recordObserverLog()
+        let good = directory.appending(path: "good.json")
+        try Data(trace.chromeTraceJSON()).write(to: good)
+        let made = try runProbe("runloop-lab", ["timeline", good.path, "-o", page.path])
+        #expect(made.status == 0, "\(made.stderr)")
+        let html = try String(contentsOf: page, encoding: .utf8)
+        #expect(html.contains("observer-log"))
+        #expect(html.hasPrefix("<!DOCTYPE html>"))
+    }
 }

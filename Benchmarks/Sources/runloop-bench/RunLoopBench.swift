@@ -26,6 +26,7 @@ func workloads(full: Bool) -> [any Workload] {
         SchedulingCostWorkload(),
         CommitWorkload(),
         DisplayLinkWorkload(),
+        TraceCostWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)

@@ -1258,7 +1258,13 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var runDepth = 0
     /// The recording state while a trace buffer is attached (see Tracing.swift), and the attach
     /// version it was made for.
-    @exclusivity(unchecked) var tracer: LoopTracer?
+    @exclusivity(unchecked) var tracer: LoopTracer? {
+        didSet { tracerRef = tracer.map { Unmanaged.passUnretained($0) } }
+    }
+    /// ``tracer``, unretained: what the phases call (a retain and release per event would cost
+    /// more than the event). It changes only between passes of the outermost run, when no callout
+    /// is in progress, and ``tracer`` keeps it alive.
+    @exclusivity(unchecked) var tracerRef: Unmanaged<LoopTracer>?
     @exclusivity(unchecked) var traceVersion: UInt64 = 0
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?

@@ -262,14 +262,16 @@ final class LoopTracer {
     let blockName: UInt32
     let readyName: UInt32
     let sleepName: UInt32
-    var open = ContiguousArray<OpenSpan>()
+    // One thread uses these (see the class's comment): no dynamic exclusivity checks, which cost a
+    // thread-local lookup per access.
+    @exclusivity(unchecked) var open = ContiguousArray<OpenSpan>()
     /// The last finished callout, not written yet: its end is the next clock read, unless a repeat
     /// of it is folded in.
-    var pending: TraceRecord?
+    @exclusivity(unchecked) var pending: TraceRecord?
     /// Events left out because ``depthLimit`` spans were open.
-    var skippedDepth = 0
+    @exclusivity(unchecked) var skippedDepth = 0
     /// The last clock read (for counter samples, which read none).
-    var lastRead: Int64 = 0
+    @exclusivity(unchecked) var lastRead: Int64 = 0
 
     init(buffer: TraceBuffer) {
         self.buffer = buffer
@@ -400,9 +402,12 @@ extension RunLoop {
         instrumentation.traceVersion.add(1, ordering: .releasing)
         instrumentation.refreshFlags()
         let instrumentation = self.instrumentation
-        return InstrumentationToken { [weak buffer] in
+        // By identity, not a weak reference: a weakly referenced object's every retain takes the
+        // runtime's slow path, and the loop retains its buffer per event.
+        let attachedID = ObjectIdentifier(buffer)
+        return InstrumentationToken {
             let detached = instrumentation.traceBuffer.locked { attached -> Bool in
-                guard let current = attached, current === buffer else { return false }
+                guard let current = attached, ObjectIdentifier(current) == attachedID else { return false }
                 attached = nil
                 return true
             }
@@ -455,24 +460,30 @@ extension RunLoop {
 
     @inline(__always)
     func traceCalloutBegin<Item: TraceNamed>(_ item: Item, _ phase: Phase, detail: UInt8 = 0, _ context: inout RunContext) {
-        guard let tracer = confined.tracer else { return }
-        tracer.beginCallout(
-            phase, name: item.traceName(in: tracer.buffer), detail: detail, depth: traceDepth, pass: tracePass(context))
+        let (depth, pass) = (traceDepth, tracePass(context))
+        confined.tracerRef?._withUnsafeGuaranteedRef { tracer in
+            tracer.beginCallout(phase, name: item.traceName(in: tracer.buffer), detail: detail, depth: depth, pass: pass)
+        }
     }
 
     func traceCalloutBegin(_ item: any Source1Item, _ phase: Phase, _ context: inout RunContext) {
-        guard let tracer = confined.tracer else { return }
-        tracer.beginCallout(phase, name: item.traceName(in: tracer.buffer), depth: traceDepth, pass: tracePass(context))
+        let (depth, pass) = (traceDepth, tracePass(context))
+        confined.tracerRef?._withUnsafeGuaranteedRef { tracer in
+            tracer.beginCallout(phase, name: item.traceName(in: tracer.buffer), depth: depth, pass: pass)
+        }
     }
 
     func traceBlockBegin(_ context: inout RunContext) {
-        guard let tracer = confined.tracer else { return }
-        tracer.beginCallout(.blocks, name: tracer.blockName, depth: traceDepth, pass: tracePass(context))
+        let (depth, pass) = (traceDepth, tracePass(context))
+        confined.tracerRef?._withUnsafeGuaranteedRef { tracer in
+            tracer.beginCallout(.blocks, name: tracer.blockName, depth: depth, pass: pass)
+        }
     }
 
     @inline(__always)
     func traceCalloutEnd(_ context: inout RunContext) {
-        confined.tracer?.endCallout(depth: traceDepth, pass: tracePass(context))
+        let (depth, pass) = (traceDepth, tracePass(context))
+        confined.tracerRef?._withUnsafeGuaranteedRef { tracer in tracer.endCallout(depth: depth, pass: pass) }
     }
 
     func traceSleepBegin(_ context: inout RunContext) {

@@ -12,7 +12,8 @@ extension Trace {
     /// The trace as Chrome Trace Event JSON: `{"traceEvents":[...],"displayTimeUnit":"ns"}`.
     /// Every string is escaped so that the text can also sit inside an HTML `<script>` element.
     public func chromeTraceJSON() -> [UInt8] {
-        var out = JSONBytes()
+        let lanes = self.lanes
+        var out = JSONBytes(capacity: 1024 + lanes.reduce(0) { $0 + $1.spans.count } * 176)
         let pid = Int64(getpid())
         out.raw(#"{"traceEvents":["#)
         out.raw(#"{"ph":"M","name":"process_name","pid":"#)
@@ -35,7 +36,7 @@ extension Trace {
             out.int(Int64(laneIndex))
             out.raw("}}")
             // Names repeat (a million callouts of a few items): escape each once.
-            var escaped: [String: [UInt8]] = [:]
+            var escaped: [[UInt8]?] = []
             for span in lane.spans {
                 switch span.kind {
                 case .counter:
@@ -61,14 +62,17 @@ extension Trace {
                     out.raw(#",{"ph":"X","cat":""#)
                     out.raw(span.kind.rawValue)
                     out.raw(#"","name":"#)
-                    let shown = span.kind == .run ? "run \(span.name)" : span.name
-                    if let bytes = escaped[shown] {
-                        out.bytes.append(contentsOf: bytes)
+                    if span.nameKey >= 0 {
+                        let key = Int(span.nameKey)
+                        if key >= escaped.count { escaped.append(contentsOf: repeatElement(nil, count: key + 1 - escaped.count)) }
+                        if escaped[key] == nil {
+                            var one = JSONBytes(capacity: span.name.utf8.count + 8)
+                            one.string(span.name)
+                            escaped[key] = one.bytes
+                        }
+                        out.bytes.append(contentsOf: escaped[key]!)
                     } else {
-                        var one = JSONBytes()
-                        one.string(shown)
-                        escaped[shown] = one.bytes
-                        out.bytes.append(contentsOf: one.bytes)
+                        out.string(span.kind == .run ? "run \(span.name)" : span.name)
                     }
                     common(&out, pid: pid, tid: tid, ts: span.start)
                     out.raw(#","dur":"#)
@@ -93,7 +97,10 @@ extension Trace {
                     if let detail = span.detail {
                         out.raw(
                             span.kind == .sleep ? #","wake":"# : span.kind == .run ? #","result":"# : #","activity":"#)
-                        out.string(detail)
+                        // A wake reason, a run result or an activity: fixed ASCII names.
+                        out.raw("\"")
+                        out.raw(detail)
+                        out.raw("\"")
                     }
                     out.raw("}}")
                     if span.kind == .sleep {
@@ -131,7 +138,7 @@ extension Duration {
 struct JSONBytes {
     var bytes: [UInt8] = []
 
-    init() { bytes.reserveCapacity(1 << 16) }
+    init(capacity: Int = 1 << 16) { bytes.reserveCapacity(capacity) }
 
     mutating func raw(_ text: StaticString) {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }

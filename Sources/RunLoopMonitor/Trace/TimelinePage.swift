@@ -13,7 +13,7 @@ public enum TimelinePage {
     /// Why a file cannot be turned into a timeline.
     public enum InputError: Error, CustomStringConvertible, Equatable {
         /// Larger than ``TimelinePage/maximumInputBytes``.
-        case tooLarge(bytes: Int)
+        case tooLarge(bytes: Int, limit: Int)
         /// Not JSON (truncated, or not text at all), with the parser's reason.
         case notJSON(String)
         /// JSON, but not a Chrome trace (no `traceEvents` array, or not an array of events).
@@ -24,8 +24,8 @@ public enum TimelinePage {
         /// What is wrong with the file.
         public var description: String {
             switch self {
-            case .tooLarge(let bytes):
-                "the file is \(bytes) bytes, above the \(TimelinePage.maximumInputBytes)-byte limit (a page that size would not open; record a shorter stretch or a smaller ring)"
+            case .tooLarge(let bytes, let limit):
+                "the file is \(bytes) bytes or more, above the \(limit)-byte limit (a page that size would not open; record a shorter stretch or a smaller ring)"
             case .notJSON(let reason): "not JSON (truncated or corrupt?): \(reason)"
             case .notATrace(let reason): "not a Chrome trace: \(reason)"
             case .badEvent(let index, let reason): "event \(index) is not a valid trace event: \(reason)"
@@ -40,8 +40,10 @@ public enum TimelinePage {
     /// Checks that `data` is a Chrome Trace Event file (an object with a `traceEvents` array, or a
     /// bare array of events, each with a string `ph`, numeric `ts` where the phase needs one, and
     /// a numeric `dur` for complete events) and returns its event count.
-    public static func validate(_ data: [UInt8]) throws(InputError) -> Int {
-        guard data.count <= maximumInputBytes else { throw .tooLarge(bytes: data.count) }
+    ///
+    /// - Parameter limit: The largest size accepted (tests pass a small one).
+    public static func validate(_ data: [UInt8], limit: Int = maximumInputBytes) throws(InputError) -> Int {
+        guard data.count <= limit else { throw .tooLarge(bytes: data.count, limit: limit) }
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: Data(data), options: [.fragmentsAllowed])

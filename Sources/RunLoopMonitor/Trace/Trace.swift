@@ -35,6 +35,7 @@ public struct Trace: Sendable {
     public var lanes: [Lane] {
         threads.map { thread in
             var spans = Self.spans(of: thread, originNs: originNs)
+            let ordered = spans.count
             for stall in stalls where stall.threadID == thread.threadID {
                 spans.append(
                     TraceSpan(
@@ -42,7 +43,8 @@ public struct Trace: Sendable {
                         start: .nanoseconds(max(0, stall.startNs - originNs)), duration: .nanoseconds(stall.durationNs),
                         depth: 0, firstPass: 0, lastPass: 0, calls: 1, detail: nil, value: 0))
             }
-            spans.sort(by: TraceSpan.precedes)
+            // The record spans come in order; stalls (few) are merged in.
+            if spans.count > ordered { spans.sort(by: TraceSpan.precedes) }
             return Lane(
                 threadID: thread.threadID, threadName: thread.threadName, spans: spans, overwritten: thread.overwritten)
         }
@@ -58,6 +60,8 @@ public struct Trace: Sendable {
         var spans: [TraceSpan] = []
         spans.reserveCapacity(records.count + records.count / 2)
         struct Group {
+            /// Where its span goes: reserved before its first callout, so spans stay in order.
+            let slot: Int
             var phase: RunLoop.Phase
             var firstPass: UInt64
             var lastPass: UInt64
@@ -67,13 +71,16 @@ public struct Trace: Sendable {
             let folded: Bool
         }
         var groups: [Int: Group] = [:]
+        let placeholder = TraceSpan(
+            kind: .phase, name: "", phase: nil, start: .zero, duration: .zero, depth: 0, firstPass: 0, lastPass: 0,
+            calls: 0, detail: nil, value: 0)
         func name(_ index: UInt32) -> String {
             Int(index) < thread.names.count ? thread.names[Int(index)] : "(unknown)"
         }
         func time(_ ns: Int64) -> Duration { .nanoseconds(max(0, ns - originNs)) }
         func flush(depth: Int) {
             guard let group = groups.removeValue(forKey: depth) else { return }
-            spans.append(
+            spans[group.slot] = (
                 TraceSpan(
                     kind: .phase, name: group.phase.description, phase: group.phase, start: time(group.start),
                     duration: .nanoseconds(max(0, group.end - group.start)), depth: depth, firstPass: group.firstPass,
@@ -121,8 +128,9 @@ public struct Trace: Sendable {
                     groups[depth] = group
                 } else {
                     flush(depth: depth)
+                    spans.append(placeholder)
                     groups[depth] = Group(
-                        phase: record.phase, firstPass: record.firstPass, lastPass: lastPass, start: record.start,
+                        slot: spans.count - 1, phase: record.phase, firstPass: record.firstPass, lastPass: lastPass, start: record.start,
                         end: record.end, calls: Int(record.count), folded: folded)
                 }
                 let activity =
@@ -131,7 +139,7 @@ public struct Trace: Sendable {
                     TraceSpan(
                         kind: .callout, name: name(record.name), phase: record.phase, start: time(record.start),
                         duration: duration, depth: depth, firstPass: record.firstPass, lastPass: lastPass,
-                        calls: Int(record.count), detail: activity, value: 0))
+                        calls: Int(record.count), detail: activity, value: 0, nameKey: Int32(record.name)))
             }
         }
         flush(deeperThan: -1)
@@ -189,12 +197,25 @@ public struct TraceSpan: Sendable, Hashable {
     public var detail: String?
     /// A counter's value.
     public var value: Int64
+    /// The name's index in the recording's name table (-1: none): lets the export escape each
+    /// name once.
+    var nameKey: Int32 = -1
 
     /// Makes a span.
     public init(
         kind: Kind, name: String, phase: RunLoop.Phase?, start: Duration, duration: Duration, depth: Int,
         firstPass: UInt64, lastPass: UInt64, calls: Int, detail: String?, value: Int64
     ) {
+        self.init(
+            kind: kind, name: name, phase: phase, start: start, duration: duration, depth: depth, firstPass: firstPass,
+            lastPass: lastPass, calls: calls, detail: detail, value: value, nameKey: -1)
+    }
+
+    init(
+        kind: Kind, name: String, phase: RunLoop.Phase?, start: Duration, duration: Duration, depth: Int,
+        firstPass: UInt64, lastPass: UInt64, calls: Int, detail: String?, value: Int64, nameKey: Int32
+    ) {
+        self.nameKey = nameKey
         self.kind = kind
         self.name = name
         self.phase = phase

@@ -153,3 +153,11 @@ public final class TraceRecorder: Sendable {
         return Trace(originNs: originNs, threads: threads, stalls: stalls)
     }
 }
+
+extension TraceRecorder {
+    /// Records written so far into every loop's ring (overwritten ones included): how much the
+    /// loops have recorded.
+    public var recordsWritten: UInt64 {
+        state.withLock { $0.loops + $0.stopped }.reduce(0) { $0 &+ $1.buffer.recordsWritten }
+    }
+}

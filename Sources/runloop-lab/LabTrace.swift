@@ -1,0 +1,59 @@
+import Foundation
+import RunLoopKit
+import RunLoopMonitor
+import Synchronization
+
+import class RunLoopKit.RunLoop
+
+/// `tour --trace DIR`: a TraceRecorder per experiment, which every ``LoopThread`` records its loop
+/// into, and the files written when the experiment ends.
+enum LabTrace {
+    /// The recorder of the experiment running now, if the tour records traces.
+    private static let current = Mutex<TraceRecorder?>(nil)
+
+    /// Records `loop` if an experiment is being traced (called by ``LoopThread`` before its body).
+    static func recordIfTracing(_ loop: RunLoop) {
+        current.withLock { $0 }?.record(loop)
+    }
+
+    /// Runs `body` with a recorder installed, then writes `DIR/NN-slug.json` and `.html`; prints
+    /// where they went.
+    static func tracing(number: Int, title: String, into directory: String?, _ body: () -> Void) throws {
+        guard let directory else { return body() }
+        let recorder = try TraceRecorder(capacityPerLoop: 65_536)
+        current.withLock { $0 = recorder }
+        body()
+        current.withLock { $0 = nil }
+        recorder.stop()
+        let trace = recorder.snapshot()
+        let spans = trace.lanes.reduce(0) { $0 + $1.spans.count }
+        guard spans > 0 else {
+            Out.line("(no loop of this experiment was recorded: it runs no LoopThread)")
+            return
+        }
+        let stem = String(format: "%02d-", number) + slug(title)
+        let json = URL(filePath: directory).appending(path: stem + ".json")
+        let html = URL(filePath: directory).appending(path: stem + ".html")
+        try Data(trace.chromeTraceJSON()).write(to: json)
+        try trace.timelineHTML(title: "\(number). \(title)").write(to: html, atomically: true, encoding: .utf8)
+        Out.line("trace: \(json.path) and \(html.path) (\(trace.lanes.count) loop(s), \(spans) spans)")
+    }
+
+    /// `Observer log of a loop` -> `observer-log-of-a-loop` (at most 40 characters).
+    static func slug(_ title: String) -> String {
+        var words: [String] = []
+        var word = ""
+        for character in title.lowercased() {
+            if character.isLetter || character.isNumber, character.isASCII {
+                word.append(character)
+            } else if !word.isEmpty {
+                words.append(word)
+                word = ""
+            }
+        }
+        if !word.isEmpty { words.append(word) }
+        var slug = ""
+        for word in words where slug.count + word.count < 40 { slug += (slug.isEmpty ? "" : "-") + word }
+        return slug
+    }
+}
