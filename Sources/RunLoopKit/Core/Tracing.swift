@@ -248,7 +248,7 @@ final class LoopTracer {
         var name: UInt32
         var start: Int64
         var firstPass: UInt64
-        /// A repeat folded into ``LoopTracer/pending``: no clock was read at its start.
+        /// A repeat folded into the pending record: no clock was read at its start.
         var folded: Bool
     }
 
@@ -263,22 +263,31 @@ final class LoopTracer {
     let readyName: UInt32
     let sleepName: UInt32
     // One thread uses these (see the class's comment): no dynamic exclusivity checks, which cost a
-    // thread-local lookup per access.
-    @exclusivity(unchecked) var open = ContiguousArray<OpenSpan>()
-    /// The last finished callout, not written yet: its end is the next clock read, unless a repeat
-    /// of it is folded in.
-    @exclusivity(unchecked) var pending: TraceRecord?
+    // thread-local lookup per access. The open spans are a fixed stack (no array bookkeeping per
+    // push and pop: this runs for every callout).
+    private let open: UnsafeMutablePointer<OpenSpan>
+    @exclusivity(unchecked) private var openCount = 0
+    /// The last finished callout, not written yet (while ``hasPending``): its end is the next
+    /// clock read, unless a repeat of it is folded in.
+    @exclusivity(unchecked) private var pending = TraceRecord(
+        kind: .callout, phase: .notRunning, depth: 0, name: 0, start: 0, end: 0, firstPass: 0)
+    @exclusivity(unchecked) private var hasPending = false
     /// Events left out because ``depthLimit`` spans were open.
-    @exclusivity(unchecked) var skippedDepth = 0
+    @exclusivity(unchecked) private var skippedDepth = 0
     /// The last clock read (for counter samples, which read none).
-    @exclusivity(unchecked) var lastRead: Int64 = 0
+    @exclusivity(unchecked) private var lastRead: Int64 = 0
 
     init(buffer: TraceBuffer) {
         self.buffer = buffer
         blockName = buffer.intern("block")
         readyName = buffer.intern("ready descriptors")
         sleepName = buffer.intern("sleep")
-        open.reserveCapacity(Self.depthLimit)
+        open = .allocate(capacity: Self.depthLimit)
+    }
+
+    deinit {
+        open.deinitialize(count: openCount)
+        open.deallocate()
     }
 
     /// Reads the clock; a pending callout ends here and is written.
@@ -286,40 +295,45 @@ final class LoopTracer {
     func read() -> Int64 {
         let now = LoopClock.now()
         lastRead = now
-        if pending != nil { flushPending(at: now) }
+        if hasPending { flushPending(at: now) }
         return now
     }
 
     private func flushPending(at now: Int64) {
-        guard var record = pending else { return }
-        pending = nil
-        record.end = now
-        buffer.write(record)
+        hasPending = false
+        pending.end = now
+        buffer.write(pending)
         // A folded repeat in progress (its nested run is being recorded) is its own span from
         // here: what it did before counts in the record just written.
-        if let top = open.last, top.folded {
-            open[open.count - 1].folded = false
-            open[open.count - 1].start = now
+        if openCount > 0, open[openCount - 1].folded {
+            open[openCount - 1].folded = false
+            open[openCount - 1].start = now
         }
     }
 
     @inline(__always)
+    private func push(_ span: OpenSpan) {
+        (open + openCount).initialize(to: span)
+        openCount += 1
+    }
+
+    @inline(__always)
     func beginCallout(_ phase: RunLoop.Phase, name: UInt32, detail: UInt8 = 0, depth: UInt8, pass: UInt64) {
-        guard open.count < Self.depthLimit else {
+        guard openCount < Self.depthLimit else {
             skippedDepth += 1
             return
         }
-        if let last = pending, last.name == name, last.phase == phase, last.depth == depth, last.detail == detail,
-            last.count < Self.foldLimit
+        if hasPending, pending.name == name, pending.phase == phase, pending.depth == depth, pending.detail == detail,
+            pending.count < Self.foldLimit
         {
-            open.append(
+            push(
                 OpenSpan(
-                    kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: last.start,
-                    firstPass: last.firstPass, folded: true))
+                    kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: pending.start,
+                    firstPass: pending.firstPass, folded: true))
             return
         }
         let now = read()
-        open.append(
+        push(
             OpenSpan(
                 kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: now, firstPass: pass,
                 folded: false))
@@ -327,31 +341,33 @@ final class LoopTracer {
 
     @inline(__always)
     func endCallout(depth: UInt8, pass: UInt64) {
-        guard let top = open.last, top.kind == .callout, top.depth == depth else {
+        guard openCount > 0, open[openCount - 1].kind == .callout, open[openCount - 1].depth == depth else {
             if skippedDepth > 0 { skippedDepth -= 1 }
             return
         }
-        open.removeLast()
+        openCount -= 1
+        let top = (open + openCount).move()
         let span = UInt32(truncatingIfNeeded: pass &- top.firstPass)
-        if top.folded, pending != nil {
-            pending!.count += 1
-            pending!.passSpan = span
-            if pending!.count >= Self.foldLimit { _ = read() }
+        if top.folded, hasPending {
+            pending.count += 1
+            pending.passSpan = span
+            if pending.count >= Self.foldLimit { _ = read() }
             return
         }
-        if pending != nil { _ = read() }
+        if hasPending { _ = read() }
         pending = TraceRecord(
             kind: .callout, phase: top.phase, detail: top.detail, depth: depth, name: top.name, start: top.start,
             end: top.start, firstPass: top.firstPass, passSpan: span)
+        hasPending = true
     }
 
     func beginSpan(_ kind: TraceRecord.Kind, phase: RunLoop.Phase, name: UInt32, depth: UInt8, pass: UInt64) {
-        guard open.count < Self.depthLimit else {
+        guard openCount < Self.depthLimit else {
             skippedDepth += 1
             return
         }
         let now = read()
-        open.append(
+        push(
             OpenSpan(
                 kind: kind, phase: phase, detail: 0, depth: depth, name: name, start: now, firstPass: pass,
                 folded: false))
@@ -360,12 +376,13 @@ final class LoopTracer {
     /// Ends the innermost open span if it is a `kind` at `depth` (one begun before the buffer was
     /// attached is not), and writes it with `detail`.
     func endSpan(_ kind: TraceRecord.Kind, detail: UInt8, depth: UInt8, pass: UInt64) {
-        guard let top = open.last, top.kind == kind, top.depth == depth else {
+        guard openCount > 0, open[openCount - 1].kind == kind, open[openCount - 1].depth == depth else {
             if skippedDepth > 0 { skippedDepth -= 1 }
             return
         }
         let now = read()
-        open.removeLast()
+        openCount -= 1
+        let top = (open + openCount).move()
         buffer.write(
             TraceRecord(
                 kind: kind, phase: top.phase, detail: detail, depth: depth, name: top.name, start: top.start, end: now,
@@ -374,8 +391,7 @@ final class LoopTracer {
 
     /// Whether the innermost open span is a sleep at `depth`.
     func isSleeping(depth: UInt8) -> Bool {
-        guard let top = open.last else { return false }
-        return top.kind == .sleep && top.depth == depth
+        openCount > 0 && open[openCount - 1].kind == .sleep && open[openCount - 1].depth == depth
     }
 
     /// A counter sample, at the last clock read (a counter reads none).
@@ -388,7 +404,7 @@ final class LoopTracer {
 
     /// Writes what is pending (the buffer is being detached or the loop's thread ends).
     func finish() {
-        if pending != nil { _ = read() }
+        if hasPending { _ = read() }
     }
 }
 
@@ -419,9 +435,14 @@ extension RunLoop {
 
     /// Takes up the attached buffer (or lets go of a detached one). Between passes of the
     /// outermost run, or at its entry: no traced callout of this loop is in progress.
+    @inline(__always)
     func pickUpTraceBuffer() {
         let version = instrumentation.traceVersion.load(ordering: .acquiring)
         guard version != confined.traceVersion else { return }
+        takeUpTraceBuffer(version)
+    }
+
+    private func takeUpTraceBuffer(_ version: UInt64) {
         confined.traceVersion = version
         let buffer = instrumentation.traceBuffer.locked { $0 }
         if let tracer = confined.tracer {
