@@ -217,3 +217,35 @@ struct TimelineInputTests {
         #expect(html.hasPrefix("<!DOCTYPE html>"))
     }
 }
+
+/// `IterationMetrics` on swift-metrics' test backend.
+@Suite("IterationMetrics")
+struct IterationMetricsTests {
+    @Test("passes, sleeps, phases and wakeups by reason reach the recorders, per loop and mode")
+    func recordsPasses() throws {
+        _ = testMetrics
+        let thread = NamedThread(name: "metered-loop") {
+            let loop = RunLoop.current
+            let metrics = IterationMetrics(loop: loop, name: "metered")
+            let timer = RunLoopTimer(after: .milliseconds(5), repeating: .milliseconds(5)) { _ in }
+            loop.add(timer, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(32))
+            timer.invalidate()
+            metrics.stop()
+        }
+        thread.join()
+        let base = [("loop", "metered"), ("mode", RunLoop.Mode.default.rawValue)]
+        let iterations = try testMetrics.expectTimer(IterationMetrics.iterationLabel, base)
+        // 6 timer passes and the deadline's (a loaded machine may merge some: at least 3).
+        #expect(iterations.values.count >= 3)
+        let sleeps = try testMetrics.expectTimer(IterationMetrics.sleepLabel, base)
+        #expect(sleeps.values.count == iterations.values.count)
+        let timerWakes = try testMetrics.expectCounter(IterationMetrics.wakeupsLabel, base + [("reason", "timer")])
+        #expect(timerWakes.totalValue >= 3)
+        let timeouts = try testMetrics.expectCounter(IterationMetrics.wakeupsLabel, base + [("reason", "timeout")])
+        #expect(timeouts.totalValue == 1)
+        let timerPhase = try testMetrics.expectTimer(IterationMetrics.phaseLabel, base + [("phase", "timers")])
+        // The timers phase is entered in every pass of a mode with timers, due or not.
+        #expect(timerPhase.values.count >= Int(timerWakes.totalValue))
+    }
+}
