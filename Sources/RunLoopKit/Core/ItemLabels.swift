@@ -1,3 +1,5 @@
+import Synchronization
+
 // Labels: the names a loop's items carry in traces (RunLoopMonitor's TraceRecorder) and in the
 // loop's description. An item with no label is named by its kind and a stable identity, not by its
 // `description`, which shows state that changes from one call to the next.
@@ -16,19 +18,69 @@ extension RunLoopSource: TraceNamed {
 }
 
 extension RunLoopTimer: TraceNamed {
-    /// A name for the timer in traces and in its loop's description (e.g. `"frame timer"`); nil
-    /// (the default) names it `RunLoopTimer 0x… interval …`. Any thread.
+    /// A name for the timer in traces (e.g. `"frame timer"`); nil (the default) names it
+    /// `RunLoopTimer 0x… interval …`. Any thread.
+    ///
+    /// Timers keep their labels in a table beside them, not in the object: a timer is allocated
+    /// per schedule, and its size is kept within glibc's fast bins (ObjectSizeTests).
     public var label: String? {
-        get { traceNameSlot.label }
-        set { traceNameSlot.label = newValue }
+        get { TimerLabels.table.locked { $0.labels[ObjectIdentifier(self)] } }
+        set {
+            let version = TimerLabels.table.locked { table -> UInt64 in
+                table.labels[ObjectIdentifier(self)] = newValue
+                table.version &+= 1
+                TimerLabels.count.store(table.labels.count, ordering: .relaxed)
+                return table.version
+            }
+            TimerLabels.version.store(version, ordering: .releasing)
+        }
     }
 
     func traceName(in buffer: TraceBuffer) -> UInt32 {
-        traceNameSlot.index(in: buffer) {
-            intervalNs == 0
-                ? "RunLoopTimer \(objectAddress(self)) one-shot"
-                : "RunLoopTimer \(objectAddress(self)) interval \(formatNanoseconds(intervalNs))"
+        buffer.timerName(self) {
+            label
+                ?? (intervalNs == 0
+                    ? "RunLoopTimer \(objectAddress(self)) one-shot"
+                    : "RunLoopTimer \(objectAddress(self)) interval \(formatNanoseconds(intervalNs))")
         }
+    }
+}
+
+/// The labels of timers, by identity (see ``RunLoopTimer/label``). An entry is removed when its
+/// timer is freed, so a later timer at the same address does not inherit it.
+enum TimerLabels {
+    static let table = Mutex<(labels: [ObjectIdentifier: String], version: UInt64)>(([:], 0))
+    /// Bumped at each change: trace buffers drop their cached timer names then.
+    static let version = Atomic<UInt64>(0)
+    /// Labelled timers: while none is, a timer's deinit does nothing here (one relaxed load).
+    static let count = Atomic<Int>(0)
+
+    static func forget(_ id: ObjectIdentifier) {
+        let changed = table.locked { table -> UInt64? in
+            guard table.labels.removeValue(forKey: id) != nil else { return nil }
+            table.version &+= 1
+            count.store(table.labels.count, ordering: .relaxed)
+            return table.version
+        }
+        if let changed { version.store(changed, ordering: .releasing) }
+    }
+}
+
+extension TraceBuffer {
+    /// A timer's name index, cached by identity (timers have no room for a cache of their own).
+    /// Loop thread only (the attached loop's), like ``write(_:)``. A timer freed and another made
+    /// at its address with no label shows the first one's default name (its interval).
+    func timerName(_ timer: RunLoopTimer, identity: () -> String) -> UInt32 {
+        let version = TimerLabels.version.load(ordering: .acquiring)
+        if version != timerNamesVersion {
+            timerNames.removeAll(keepingCapacity: true)
+            timerNamesVersion = version
+        }
+        let id = ObjectIdentifier(timer)
+        if let index = timerNames[id] { return index }
+        let index = intern(identity())
+        if timerNames.count < Self.nameLimit { timerNames[id] = index }
+        return index
     }
 }
 

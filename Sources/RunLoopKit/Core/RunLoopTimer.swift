@@ -35,8 +35,6 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// fired one-shot timer is then a push on a list rather than a coalescing free.
     private let stamp = Atomic<UInt64>(2)
     let state: Mutex<TimerState>
-    /// Its name in traces (see `label`).
-    let traceNameSlot = TraceNameSlot()
     /// The handler; nil once the timer is invalid, so nothing it captured outlives the timer's
     /// usefulness (stale heap entries may keep the timer object itself a while longer).
     ///
@@ -130,6 +128,10 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The timer's own initializer for a fire date already known to be now or later.
+    deinit {
+        if TimerLabels.count.load(ordering: .relaxed) > 0 { TimerLabels.forget(ObjectIdentifier(self)) }
+    }
+
     init(fireNs: Int64, intervalNs: Int64, toleranceNs: Int64, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
         self.intervalNs = max(0, intervalNs)
         self.order = 0

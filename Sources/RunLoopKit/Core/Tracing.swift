@@ -38,6 +38,9 @@ package final class TraceBuffer: @unchecked Sendable {
     private let written = Atomic<UInt64>(0)
     private let names = Mutex<(list: [String], index: [String: UInt32])>(([], [:]))
     private static let nextID = Atomic<UInt32>(0)
+    /// Timers' cached name indexes (see `timerName`): the attached loop's thread only.
+    @exclusivity(unchecked) var timerNames: [ObjectIdentifier: UInt32] = [:]
+    @exclusivity(unchecked) var timerNamesVersion: UInt64 = 0
 
     /// A buffer of `capacity` records; `capacity` must be positive (the recorder checks it).
     package init(capacity: Int) {

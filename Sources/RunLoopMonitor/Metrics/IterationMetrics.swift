@@ -23,10 +23,13 @@ import Synchronization
 /// - `runloop_wakeups_total` (Counter, dimension `reason`: timer, descriptor, port, wakeUp,
 ///   timeout): what ended each sleep.
 public final class IterationMetrics: Sendable {
-    /// The metric labels.
+    /// The Timer of a pass's time awake.
     public static let iterationLabel = "runloop_iteration_duration"
+    /// The Timer of a pass's sleep.
     public static let sleepLabel = "runloop_sleep_duration"
+    /// The Timer of the time in each phase (dimension `phase`).
     public static let phaseLabel = "runloop_phase_duration"
+    /// The Counter of wakeups by reason (dimension `reason`).
     public static let wakeupsLabel = "runloop_wakeups_total"
 
     /// The `loop` dimension's value.

@@ -27,7 +27,7 @@ public struct Trace: Sendable {
         public var threadName: String
         /// Every span, by start (a span before the spans it contains).
         public var spans: [TraceSpan]
-        /// Records the ring overwrote (the oldest) before the snapshot.
+        /// Records the ring overwrote (the oldest) before the snapshot, or dropped as torn.
         public var overwritten: UInt64
     }
 
@@ -185,11 +185,13 @@ public struct TraceSpan: Sendable, Hashable {
     public var phase: RunLoop.Phase?
     /// Since the recording began.
     public var start: Duration
+    /// How long it lasted (zero for a counter sample).
     public var duration: Duration
     /// 0 in the outermost run, 1 in a run nested in one of its callouts, ...
     public var depth: Int
-    /// The passes (loop generations) the span covers.
+    /// The first pass (loop generation) the span covers.
     public var firstPass: UInt64
+    /// The last pass the span covers (after ``firstPass`` for folded repeats and runs).
     public var lastPass: UInt64
     /// Calls folded into the span (callouts), or the callouts in a phase.
     public var calls: Int

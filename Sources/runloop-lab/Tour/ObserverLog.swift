@@ -30,6 +30,8 @@ struct ObserverLog: Experiment {
             let timer = RunLoopTimer(after: Self.interval, repeating: Self.interval) { _ in
                 trace.log("    -> timer fired (#\(fires.increment()))")
             }
+            observer.label = "activity logger"
+            timer.label = "100 ms repeating timer"
             loop.add(observer, forMode: .default)
             loop.add(timer, forMode: .default)
             let result = loop.run(mode: .default, for: Self.runFor)
