@@ -712,10 +712,25 @@ extension RunLoop {
             spinUntilTimer(until, &context, backend)
         case .kernel:
             let set = context.items.interestSet ?? backend.baseSet
-            let outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            var outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            while isStaleWakeUp(outcome, context) {
+                outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            }
             sleeping.store(false, ordering: .sequentiallyConsistent)
             confined.recentCrossThreadWakeUp = takeWaitOutcome(outcome)
         }
+    }
+
+    /// Whether a sleep ended only by an eventfd write whose request the loop has already taken:
+    /// a waker that saw `sleeping` just as the loop took its request without sleeping (see the
+    /// wake protocol in RunLoop.swift) writes the eventfd late, after that pass. Every write
+    /// follows a request, so with no request pending nothing asked for a pass, and the loop
+    /// sleeps on. A request made after this check finds `sleeping` still set and writes again.
+    @inline(__always)
+    private func isStaleWakeUp(_ outcome: EpollBackend.WaitOutcome, _ context: RunContext) -> Bool {
+        outcome.wokenByAnotherThread && !outcome.timerExpired && context.scratch.kernelEvents.isEmpty
+            && !wakeRequested.load(ordering: .sequentiallyConsistent)
+            && !source1Attention.load(ordering: .sequentiallyConsistent)
     }
 
     /// Whether the loop has input its next pass would handle, so that it would not sleep now: a
