@@ -7,6 +7,7 @@ let package = Package(
         .library(name: "RunLoopKit", targets: ["RunLoopKit"]),
         .library(name: "RunLoopMonitor", targets: ["RunLoopMonitor"]),
         .library(name: "RunLoopScheduling", targets: ["RunLoopScheduling"]),
+        .library(name: "RunLoopTesting", targets: ["RunLoopTesting"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
     ],
     dependencies: [
@@ -56,6 +57,8 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
+        // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
+        .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),
         // The seeds' experiments, and demo-only code (the TCP echo server and its client).
         .executableTarget(
             name: "runloop-lab",
@@ -103,6 +106,7 @@ let package = Package(
             name: "RunLoopKitTests",
             dependencies: [
                 "RunLoopKit",
+                "RunLoopTesting",
                 "CRunLoopKit",
                 "CAllocationCounter",
                 // The echo server's tests (Tests/RunLoopKitTests/Network) test the lab's server.
@@ -139,6 +143,10 @@ let package = Package(
             name: "SchedulingProbe",
             dependencies: ["RunLoopKit", "RunLoopScheduling"],
             path: "Tests/SchedulingProbe"
+        ),
+        .testTarget(
+            name: "RunLoopTestingTests",
+            dependencies: ["RunLoopKit", "RunLoopTesting", "RunLoopScheduling"]
         ),
         .testTarget(
             name: "RunLoopSchedulingTests",

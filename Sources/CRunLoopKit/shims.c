@@ -142,3 +142,39 @@ int64_t crlk_boottime_upper_bound_ns(void) {
     }
     return coarse + atomic_load_explicit(&boot_offset_ns, memory_order_relaxed) + 100000000LL;
 }
+
+/* Virtual time (RunLoopTesting). The count of threads on it keeps the kernel clock's path to one
+   relaxed load of a global while no thread is; the clock itself is the thread's own. */
+static atomic_int virtual_time_threads;
+static __thread bool virtual_time_on;
+static __thread int64_t virtual_time_now;
+
+int64_t crlk_loop_now_ns(void) {
+    if (__builtin_expect(atomic_load_explicit(&virtual_time_threads, memory_order_relaxed) != 0, 0)
+        && virtual_time_on)
+        return virtual_time_now;
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t crlk_loop_now_upper_bound_ns(void) {
+    if (__builtin_expect(atomic_load_explicit(&virtual_time_threads, memory_order_relaxed) != 0, 0)
+        && virtual_time_on)
+        return virtual_time_now;
+    return crlk_boottime_upper_bound_ns();
+}
+
+bool crlk_on_virtual_time(void) { return virtual_time_on; }
+
+bool crlk_set_virtual_time(bool on, int64_t now_ns, int64_t *previous_ns) {
+    bool was = virtual_time_on;
+    if (previous_ns) *previous_ns = virtual_time_now;
+    if (on && !was) atomic_fetch_add_explicit(&virtual_time_threads, 1, memory_order_relaxed);
+    if (!on && was) atomic_fetch_sub_explicit(&virtual_time_threads, 1, memory_order_relaxed);
+    virtual_time_on = on;
+    virtual_time_now = on ? now_ns : 0;
+    return was;
+}
+
+void crlk_set_virtual_now(int64_t now_ns) { virtual_time_now = now_ns; }

@@ -1,3 +1,4 @@
+import CRunLoopKit
 import Foundation
 import RunLoopKit
 import Synchronization
@@ -15,7 +16,12 @@ final class LoopThread: Sendable {
 
     /// Starts a thread named `name` that runs `body` with `RunLoop.current`.
     init(name: String, _ body: @escaping @Sendable (RunLoop) -> Void) {
-        let thread = Thread { self.main(body) }
+        // Foundation names the kernel thread only after the body has started, too late for the
+        // loop (which keeps the name its thread had when it was made) and for traces.
+        let thread = Thread {
+            _ = crlk_set_thread_name(name)
+            self.main(body)
+        }
         thread.name = name
         thread.start()
     }

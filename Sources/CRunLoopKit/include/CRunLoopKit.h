@@ -25,6 +25,25 @@ int crlk_set_thread_name(const char *name);
 /// Reads CLOCK_BOOTTIME (the clock Swift's ContinuousClock uses on Linux) in nanoseconds.
 int64_t crlk_boottime_ns(void);
 
+/// The loop clock of the calling thread, in nanoseconds: CLOCK_BOOTTIME (``crlk_boottime_ns``),
+/// or the thread's virtual clock while it is on virtual time (RunLoopTesting). Costs one relaxed
+/// load of a process-wide count more than the kernel clock while no thread is on virtual time.
+int64_t crlk_loop_now_ns(void);
+
+/// ``crlk_boottime_upper_bound_ns`` for the loop clock: on virtual time, the virtual now.
+int64_t crlk_loop_now_upper_bound_ns(void);
+
+/// Whether the calling thread is on virtual time.
+bool crlk_on_virtual_time(void);
+
+/// Puts the calling thread on virtual time at `now_ns` (or moves its virtual clock there) when
+/// `on`, or takes it off; returns whether it was on before, and its virtual clock in `*previous_ns`
+/// (for nested scopes to restore).
+bool crlk_set_virtual_time(bool on, int64_t now_ns, int64_t *previous_ns);
+
+/// Sets the calling thread's virtual clock (it must be on virtual time).
+void crlk_set_virtual_now(int64_t now_ns);
+
 /// A bound CLOCK_BOOTTIME (``crlk_boottime_ns``) has not passed yet, for a few nanoseconds instead
 /// of a precise read's twenty-odd: the coarse monotonic clock (updated every scheduler tick) plus
 /// the boot-time offset (re-read at least once a second) plus a margin of 100 ms, far above a

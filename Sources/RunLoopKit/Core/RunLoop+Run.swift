@@ -682,6 +682,7 @@ extension RunLoop {
     /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
     private func wait(_ context: inout RunContext, poll: Bool) {
         prepareToWait(&context)
+        if _slowPath(confined.virtualTime != nil) { return waitOnVirtualTime(&context, poll: poll) }
         guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
         if poll || sources1Pending(context) {
             _ = consumeWakeUp()
@@ -824,6 +825,75 @@ extension RunLoop {
         guard deadline > now else { return }
         futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
         _ = consumeWakeUp()
+    }
+
+    /// The wait of a loop on virtual time (VirtualTime.swift): it never blocks. Descriptors are
+    /// polled (they work as usual); a sleep becomes a jump of the thread's clock to when it would
+    /// have ended, the mode's next timer or the run's deadline, and the next pass runs at that
+    /// instant. It ends the run instead when the driver asked for that
+    /// (``VirtualTimeControl/stopWhenIdle``), when a pass limit is broken (here or in a nested
+    /// run: every run ends, out to the driver), or when nothing but another thread could end the
+    /// sleep.
+    private func waitOnVirtualTime(_ context: inout RunContext, poll: Bool) {
+        guard let control = confined.virtualTime else { return }
+        if let broken = control.brokenLimit ?? control.countPass(at: LoopClock.now()) {
+            control.record(broken)
+            stopRequest.store(context.id, ordering: .relaxed)
+            return
+        }
+        if poll || sources1Pending(context) {
+            _ = consumeWakeUp()
+            if let backend { askKernel(&context, backend) }
+            return
+        }
+        enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
+        let wokenUp = consumeWakeUp() || handedOverWorkPending(context)
+        if let backend { askKernel(&context, backend) }
+        if wokenUp || !context.scratch.kernelEvents.isEmpty { return }
+        let now = LoopClock.now()
+        let timerDeadline = withState { $0.modes[context.modeIndex].timers.coalescedDeadline() }
+        if timerDeadline <= now { return }  // This pass fires it.
+        if control.stopWhenIdle && confined.runDepth == 1 {
+            control.record(.idle)
+            stopRequest.store(context.id, ordering: .relaxed)
+            return
+        }
+        let wake = min(timerDeadline, context.deadline)
+        guard wake != LoopClock.never else {
+            control.record(.sleepsForever)
+            stopRequest.store(context.id, ordering: .relaxed)
+            return
+        }
+        crlk_set_virtual_now(max(wake, now))
+    }
+
+    /// Whether a pass in `mode` would have work now: blocks for it, a signalled version-0 source,
+    /// a due timer, a ready descriptor or port, a wakeup asked for. What virtual time's driver
+    /// asks after a run it ended where the loop would sleep: the rest of that pass (`afterWaiting`
+    /// observers, and the blocks they perform) may have made more. Loop thread only.
+    package func hasWorkOnVirtualTime(inMode mode: Mode) -> Bool {
+        preconditionOnOwnThread("hasWorkOnVirtualTime(inMode:)")
+        typealias Found = (
+            sources: ContiguousArray<RunLoopSource>, timer: Int64, common: Bool, set: EpollBackend.InterestSet?
+        )
+        let found = state.locked { state -> Found? in
+            guard let index = state.modeIndex[mode] else { return nil }
+            let mode = state.modes[index]
+            return (
+                mode.sources, mode.timers.coalescedDeadline(), state.isCommon(mode.name),
+                mode.descriptors.isEmpty ? nil : mode.interestSet
+            )
+        }
+        guard let found else { return false }
+        if found.timer <= LoopClock.now() || wakeRequested.load(ordering: .relaxed)
+            || source1Attention.load(ordering: .relaxed)
+        {
+            return true
+        }
+        if let set = found.set, let backend, backend.hasReadyDescriptor(in: set) { return true }
+        if found.sources.contains(where: \.isSignalled) { return true }
+        return hasBlocks(for: mode, modeIsCommon: found.common)
     }
 
     /// Asks the kernel, without blocking, which of the mode's descriptors are ready (nothing to
@@ -1283,4 +1353,6 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var traceVersion: UInt64 = 0
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
+    /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
+    @exclusivity(unchecked) var virtualTime: VirtualTimeControl?
 }

@@ -127,7 +127,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Per-loop objects of the layers above the core (see ``LoopAttachments``).
     let attachments = LoopAttachments()
 
-    private init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
+    init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
         self.ownerTID = ownerTID
         self.ownerName = ownerName
         self.isMainLoop = isMainLoop

@@ -10,16 +10,17 @@ enum LoopClock {
     /// A deadline that never comes.
     static let never = Int64.max
 
-    /// Now, in nanoseconds (a vDSO read, no system call).
+    /// Now, in nanoseconds: a vDSO read of CLOCK_BOOTTIME (no system call), or the calling
+    /// thread's virtual clock while it is on virtual time (RunLoopTesting).
     @inline(__always)
-    static func now() -> Int64 { crlk_boottime_ns() }
+    static func now() -> Int64 { crlk_loop_now_ns() }
 
     /// `ns`, or now if `ns` is in the past: CoreFoundation's rule for timer fire dates. A date well
     /// in the future (the usual case) is known to be so from the coarse clock, without a precise
     /// read.
     @inline(__always)
     static func notBeforeNow(_ ns: Int64) -> Int64 {
-        if ns > crlk_boottime_upper_bound_ns() { return ns }
+        if ns > crlk_loop_now_upper_bound_ns() { return ns }
         return max(ns, now())
     }
 
@@ -86,5 +87,21 @@ extension Int64 {
     func subtractingSaturated(_ other: Int64) -> Int64 {
         let (diff, overflow) = subtractingReportingOverflow(other)
         return overflow ? (other < 0 ? .max : .min) : diff
+    }
+}
+
+extension RunLoop {
+    /// Now, on the clock RunLoopKit's timers and deadlines use on the calling thread:
+    /// `ContinuousClock.now`, or the thread's virtual clock inside RunLoopTesting's
+    /// `withVirtualTime` (compute a timer's fire date or a run's deadline from this, and a test on
+    /// virtual time stays deterministic).
+    public static var now: ContinuousClock.Instant { LoopClock.instant(LoopClock.now()) }
+
+    /// `instant` in the loop clock's nanoseconds (saturated far in the past or future).
+    package static func nanoseconds(of instant: ContinuousClock.Instant) -> Int64 { LoopClock.nanoseconds(instant) }
+
+    /// The instant of the loop clock's `nanoseconds`.
+    package static func instant(ofNanoseconds nanoseconds: Int64) -> ContinuousClock.Instant {
+        LoopClock.instant(nanoseconds)
     }
 }

@@ -4,7 +4,9 @@ import Foundation
 /// it, no network access. A lane per thread; in it, spans nested as the loop nested them (runs,
 /// then phases, then callouts, then the runs nested in them...), phases coloured, sleeps grey with
 /// what woke them, stalls red, counters as a step graph; a span's name, times and details on
-/// hover; wheel to zoom, drag to pan, double-click to see everything.
+/// hover; wheel to zoom, drag to pan, double-click to see everything. A fragment
+/// `#view=FROM,TO` (microseconds from the trace's start, as the axis shows them) opens the page on
+/// that stretch, so a link can point at one pass.
 ///
 /// Each lane's header counts its passes, sleeps and spans, and the page carries them as
 /// `data-passes`, `data-sleeps`, `data-spans` attributes of `section.lane` (what the browser
@@ -183,6 +185,8 @@ public enum TimelinePage {
         }
         if(!isFinite(t0)){t0=0;t1=1;}if(t1<=t0)t1=t0+1;
         const full=[t0,t1];let view=[t0,t1];
+        {const m=/^#view=([0-9.eE+-]+),([0-9.eE+-]+)$/.exec(location.hash);
+          if(m&&+m[2]>+m[1])view=[t0+ +m[1],t0+ +m[2]];}
         const ROW=18,TOP=12,COUNTER=26;
         const legend=document.getElementById("legend");
         for(const k of ["observers","blocks","sources0","timers","sources1","sleep","run","stall"])

@@ -35,14 +35,14 @@ public struct IdleDeadline: Sendable {
 
     /// What is left of the idle period: zero once it is spent.
     public var timeRemaining: Duration {
-        let left = ContinuousClock.now.duration(to: end)
+        let left = RunLoop.now.duration(to: end)
         return left > .zero ? left : .zero
     }
 
     /// Whether the task should return now (with ``IdleTaskResult/more`` if it has more to do).
     public var shouldYield: Bool {
         if didTimeout { return false }
-        return ContinuousClock.now >= end || (loop?.hasPendingInput ?? false)
+        return RunLoop.now >= end || (loop?.hasPendingInput ?? false)
     }
 }
 
@@ -294,10 +294,10 @@ extension IdleTaskQueue {
             var ran = false
             while true {
                 // After the first task, another starts only if an average one fits.
-                if ran && ContinuousClock.now.advanced(by: average) > end { break }
+                if ran && RunLoop.now.advanced(by: average) > end { break }
                 guard let entry = state.locked({ state in state.valid ? state.popOldest(before: limit) : nil }) else { break }
                 let deadline = IdleDeadline(end: end, loop: loop, didTimeout: false)
-                let started = ContinuousClock.now
+                let started = RunLoop.now
                 let result = entry.task(deadline)
                 let took = started.duration(to: .now)
                 average = average == .zero ? took : (average * 7 + took) / 8
@@ -314,7 +314,7 @@ extension IdleTaskQueue {
             // A timer due before another task could finish wakes the loop anyway: sleep until it
             // (asked again: a task may have moved or removed the timer).
             let next = loop.currentMode.flatMap { loop.nextTimerFireDate(forMode: $0) }
-            if let next, ContinuousClock.now.advanced(by: average) > next { return }
+            if let next, RunLoop.now.advanced(by: average) > next { return }
             loop.wakeUp()
         }
 
@@ -367,7 +367,7 @@ extension IdleTaskQueue {
         private func runTimedOutTasks() {
             guard let loop else { return }
             timer.locked { $0 = nil }  // one-shot: it is off the loop now
-            let now = ContinuousClock.now
+            let now = RunLoop.now
             let expired = state.locked { state -> [Entry] in
                 var expired: [Entry] = []
                 while let first = state.deadlines.min, first.at <= now {

@@ -59,7 +59,7 @@ struct Key: @unchecked Sendable, Hashable {
 
 /// `duration` from now (`Duration` is 128-bit: even `.seconds(Int64.max)` does not overflow).
 func deadline(after duration: Duration) -> ContinuousClock.Instant {
-    ContinuousClock.now.advanced(by: duration)
+    RunLoop.now.advanced(by: duration)
 }
 
 /// A scheduling object's loop, for its observers' calls on the loop's own thread, without the

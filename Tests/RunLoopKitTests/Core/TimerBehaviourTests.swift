@@ -5,102 +5,75 @@ import Testing
 import class RunLoopKit.RunLoop
 
 @testable import RunLoopKit
+import RunLoopTesting
 
 /// Timer behaviour that needs a real loop: phase-keeping repeats, tolerance coalescing.
 @Suite struct TimerBehaviourTests {
-    /// A repeating timer whose handler overruns keeps its phase and skips the missed points: the
-    /// next fire date is `first + k·interval`, the first such point after the handler returned.
-    @Test func repeatingTimerKeepsPhaseAndSkipsMissedFirePoints() {
-        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
-            () -> (Int64, Int64, Int64, Int, Int64, Int64) in
-            let loop = RunLoop.current
-            let interval: Int64 = 20_000_000
-            let first = ContinuousClock.now + .milliseconds(5)
-            let fires = Mutex<[ContinuousClock.Instant]>([])
-            let nextAfterFirst = Mutex<Int64>(0)
-            let overrunEnd = Mutex<Int64>(0)
-            let sawNextAt = Mutex<Int64>(0)
-            let timer = RunLoopTimer(fireAt: first, interval: .nanoseconds(interval)) { timer in
-                fires.locked { $0.append(.now) }
-                if fires.locked({ $0.count }) == 1 {
-                    // Overrun: three and a half intervals.
-                    let until = ContinuousClock.now + .milliseconds(70)
-                    while ContinuousClock.now < until {}
-                    overrunEnd.locked { $0 = LoopClock.now() }
-                } else {
-                    timer.invalidate()
-                    RunLoop.current.stop()
-                }
+    // Phase-keeping, missed ticks and tolerance on virtual time (RunLoopTesting): the real run
+    // algorithm, exact instants, no real time passing, so no bounds to widen for a loaded
+    // machine. The same rules on the real clock, against CoreFoundation:
+    // DifferentialTests.repeatingTimerSkipsMissed.
+
+    /// Phase-keeping: a handler that takes 30 ms does not push the next fire date; it stays on
+    /// the grid `first + k·interval`.
+    @Test func aRepeatingTimerKeepsItsPhaseWhenItsHandlerTakesTime() throws {
+        try withVirtualTime { time in
+            let start = time.start
+            let fires = LoopBound<[Duration]>([])
+            let timer = RunLoopTimer(after: .milliseconds(100), repeating: .milliseconds(100)) { _ in
+                fires.value.append(RunLoop.now - start)
+                time.elapse(.milliseconds(30))
             }
-            let observer = RunLoopObserver(activities: .beforeWaiting) { _, _ in
-                if fires.locked({ $0.count }) == 1, nextAfterFirst.locked({ $0 }) == 0 {
-                    nextAfterFirst.locked { $0 = LoopClock.nanoseconds(timer.fireDate) }
-                    sawNextAt.locked { $0 = LoopClock.now() }
-                }
-            }
-            loop.add(timer, forMode: .default)
-            loop.add(observer, forMode: .default)
-            loop.run(mode: .default, for: .seconds(5))
-            let firstNs = LoopClock.nanoseconds(first)
-            let secondFire = fires.locked { LoopClock.nanoseconds($0.last!) }
-            return (
-                firstNs, nextAfterFirst.locked { $0 }, secondFire, fires.locked { $0.count },
-                overrunEnd.locked { $0 }, sawNextAt.locked { $0 }
-            )
+            RunLoop.current.add(timer, forMode: .default)
+            try time.advance(by: .milliseconds(450))
+            #expect(fires.value == [.milliseconds(100), .milliseconds(200), .milliseconds(300), .milliseconds(400)])
         }
-        guard let (first, next, secondFire, count, overrunEnd, sawNext) = result else {
-            Issue.record("the loop thread did not finish")
-            return
-        }
-        let interval: Int64 = 20_000_000
-        #expect(count == 2)
-        // Phase kept: an exact multiple of the interval after the first fire date...
-        #expect((next - first) % interval == 0)
-        // ...and the missed points (first + 1, 2, 3 intervals at least: all before the 70 ms
-        // overrun ended) were skipped, not bunched: the next point comes after the overrun, and
-        // the point before it had passed when the loop looked. (Which point that is depends on
-        // how late the first fire was on a loaded machine: 4 intervals after the first when it
-        // was on time.)
-        #expect((next - first) / interval >= 4)
-        #expect(next > overrunEnd)
-        #expect(next - interval <= sawNext)
-        #expect(secondFire >= next)
     }
 
-    /// 100 timers due within 10 ms, each with 10 ms of tolerance, are served by at most three
-    /// wakeups (CoreFoundation on Linux ignores tolerance and wakes for each distinct date).
-    @Test func toleranceCoalescesWakeups() {
-        let result = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) {
-            () -> (wakeups: Int, fired: Int, late: Int64) in
-            let loop = RunLoop.current
-            let wakeups = Mutex(0)
-            let fired = Mutex(0)
-            let maxLate = Mutex<Int64>(0)
-            let start = ContinuousClock.now + .milliseconds(20)
-            for index in 0..<100 {
-                let due = start + .microseconds(index * 100)
-                let timer = RunLoopTimer(fireAt: due, tolerance: .milliseconds(10)) { _ in
-                    let late = LoopClock.now() - LoopClock.nanoseconds(due)
-                    maxLate.locked { $0 = max($0, late) }
-                    fired.locked { $0 += 1 }
-                }
-                loop.add(timer, forMode: .default)
+    /// Missed ticks are skipped, not bunched: a handler that overruns by 2.5 intervals makes the
+    /// next fire the first grid point after it returned.
+    @Test func aRepeatingTimerSkipsTheTicksItMissed() throws {
+        try withVirtualTime { time in
+            let start = time.start
+            let fires = LoopBound<[Duration]>([])
+            let nextFireDate = LoopBound<Duration?>(nil)
+            let timer = RunLoopTimer(after: .milliseconds(100), repeating: .milliseconds(100)) { timer in
+                fires.value.append(RunLoop.now - start)
+                if fires.value.count == 1 { time.elapse(.milliseconds(250)) }
             }
-            let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in wakeups.locked { $0 += 1 } }
-            loop.add(observer, forMode: .default)
-            // The run finishes when the last one-shot timer has fired and the mode is empty.
-            let outcome = loop.run(mode: .default, for: .seconds(5))
-            #expect(outcome == .finished)
-            return (wakeups.locked { $0 }, fired.locked { $0 }, maxLate.locked { $0 })
+            let observer = RunLoopObserver(activities: .beforeWaiting) { _, _ in
+                if fires.value.count == 1, nextFireDate.value == nil { nextFireDate.value = timer.fireDate - start }
+            }
+            RunLoop.current.add(timer, forMode: .default)
+            RunLoop.current.add(observer, forMode: .default)
+            try time.advance(by: .milliseconds(600))
+            #expect(nextFireDate.value == .milliseconds(400))
+            #expect(fires.value == [.milliseconds(100), .milliseconds(400), .milliseconds(500), .milliseconds(600)])
         }
-        guard let result else {
-            Issue.record("the loop thread did not finish")
-            return
+    }
+
+    /// Tolerance coalesces: 100 timers due within 10 ms, each with 10 ms of tolerance, fire in
+    /// one wakeup, at the earliest timer's latest acceptable instant.
+    @Test func toleranceServesTimersDueTogetherInOneWakeup() throws {
+        try withVirtualTime { time in
+            let start = time.start
+            let fired = LoopBound<[Duration]>([])
+            let wakeups = LoopBound(0)
+            for index in 0..<100 {
+                let timer = RunLoopTimer(fireAt: start + .milliseconds(20) + .microseconds(100 * index), tolerance: .milliseconds(10)) { _ in
+                    fired.value.append(RunLoop.now - start)
+                }
+                RunLoop.current.add(timer, forMode: .default)
+            }
+            RunLoop.current.add(RunLoopObserver(activities: .afterWaiting) { _, _ in wakeups.value += 1 }, forMode: .default)
+            try time.advance(by: .milliseconds(100))
+            #expect(fired.value.count == 100)
+            #expect(Set(fired.value) == [.milliseconds(30)])
+            // One wakeup for all of them; then the mode is empty (observers keep no mode alive),
+            // so the run finishes, as it would in production, and the rest of the time passes.
+            #expect(wakeups.value == 1)
+            #expect(time.elapsed == .milliseconds(100))
         }
-        #expect(result.fired == 100)
-        #expect(result.wakeups <= 3, "wakeups: \(result.wakeups)")
-        // Every timer fired no earlier than its fire date (late >= 0 for all).
-        #expect(result.late >= 0)
     }
 
     @Test func nextTimerFireDateIsTheEarliestValidTimer() {

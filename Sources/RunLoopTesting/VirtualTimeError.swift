@@ -1,0 +1,41 @@
+/// Why a ``VirtualTimeLoop`` could not do what it was asked.
+public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
+    /// More passes than allowed at one instant: work that never settles (a source that signals
+    /// itself, a block that performs itself, a zero-interval timer). `at` is the virtual time since
+    /// the start; `trail` the callouts of the last passes, oldest first, as
+    /// `"pass N: <phase> <item>"` (items by their `label`, else by kind and address).
+    case livelock(at: Duration, passes: Int, trail: [String])
+    /// More passes than `maxPasses` in one ``VirtualTimeLoop/advance(by:in:maxPasses:)``.
+    case passLimit(at: Duration, passes: Int, trail: [String])
+    /// A run nested in a callout, with no deadline and no timer, was about to sleep: only another
+    /// thread could have woken it, and on virtual time none does. The nested run was ended.
+    case sleepsForever(at: Duration, trail: [String])
+    /// ``VirtualTimeLoop/advance(by:in:maxPasses:)`` with a negative duration.
+    case negativeDuration(Duration)
+    /// A pass limit below 1.
+    case invalidLimit(Int)
+    /// A drive (`advance`, `runUntilIdle`) from a callout of the loop it drives: a callout that
+    /// wants the loop to run nests a run, as in production.
+    case calledFromCallout(String)
+
+    /// What went wrong, with the trail when there is one.
+    public var description: String {
+        func lines(_ trail: [String]) -> String {
+            trail.isEmpty ? "" : "; the last callouts:\n" + trail.map { "  " + $0 }.joined(separator: "\n")
+        }
+        switch self {
+        case .livelock(let at, let passes, let trail):
+            return "livelock: \(passes) passes at \(at) of virtual time without settling" + lines(trail)
+        case .passLimit(let at, let passes, let trail):
+            return "pass limit: \(passes) passes by \(at) of virtual time" + lines(trail)
+        case .sleepsForever(let at, let trail):
+            return "a nested run would sleep forever at \(at) of virtual time (no deadline, no timer)" + lines(trail)
+        case .negativeDuration(let duration):
+            return "advance(by: \(duration)): virtual time never goes back"
+        case .invalidLimit(let limit):
+            return "a pass limit of \(limit): it must be at least 1"
+        case .calledFromCallout(let function):
+            return "\(function) called from a callout of the loop it drives; nest a run instead"
+        }
+    }
+}
