@@ -187,9 +187,10 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
     /// Hashes the source's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
-    /// `<FileDescriptorSource 0x… fd 7 watching readable order 0 valid>`.
+    /// `<FileDescriptorSource 0x… "label" fd 7 watching readable order 0 valid>` (the label if it
+    /// has one).
     public var description: String {
-        "<FileDescriptorSource \(objectAddress(self)) fd \(descriptor) watching \(watchedEvents) order \(order) \(isValid ? "valid" : "invalid")>"
+        "<FileDescriptorSource \(objectAddress(self))\(label.map { " \"\($0)\"" } ?? "") fd \(descriptor) watching \(watchedEvents) order \(order) \(isValid ? "valid" : "invalid")>"
     }
 }
 

@@ -131,12 +131,12 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
     /// Hashes the port's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
-    /// `<MessagePort<Int> 0x… queued 3 capacity 100 order 0 valid>`.
+    /// `<MessagePort<Int> 0x… "label" queued 3 capacity 100 order 0 valid>` (the label if it has one).
     public var description: String {
         let (count, valid) = queue.locked { ($0.messages.count, $0.valid) }
         let limit = capacity.map { " capacity \($0)" } ?? ""
         return
-            "<MessagePort<\(Message.self)> \(objectAddress(self)) queued \(count)\(limit) order \(order) \(valid ? "valid" : "invalid")>"
+            "<MessagePort<\(Message.self)> \(objectAddress(self))\(label.map { " \"\($0)\"" } ?? "") queued \(count)\(limit) order \(order) \(valid ? "valid" : "invalid")>"
     }
 }
 

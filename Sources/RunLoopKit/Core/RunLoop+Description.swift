@@ -2,7 +2,8 @@ extension RunLoop {
     /// A dump of the loop in the manner of CoreFoundation's `CFRunLoop` description: the owning
     /// thread, whether it sleeps, the current mode, the common modes and common items, then each
     /// mode with its sources, its descriptor sources and ports (with their descriptors and watched
-    /// events), timers (with their next fire date) and observers (with their activities and order).
+    /// events), timers (with their next fire date) and observers (with their activities and order),
+    /// each item headed by its `label` when it has one.
     public var description: String {
         let now = LoopClock.now()
         // Timer lines are made under the lock: heap entries do not keep their timers alive
@@ -10,7 +11,7 @@ extension RunLoop {
         let timerLines: [[String]] = state.locked { state in
             state.modes.map { mode in
                 mode.timers.entries.filter(\.isLive).sorted { TimerEntry.precedes($0, $1) }.map { entry in
-                    "      next fire in \(formatNanoseconds(entry.fireNs - now)), interval \(entry.timer.interval), tolerance \(formatNanoseconds(entry.latestNs - entry.fireNs))"
+                    "      \(labelPrefix(entry.timer.label))next fire in \(formatNanoseconds(entry.fireNs - now)), interval \(entry.timer.interval), tolerance \(formatNanoseconds(entry.latestNs - entry.fireNs))"
                 }
             }
         }
@@ -35,7 +36,9 @@ extension RunLoop {
             lines.append("  <RunLoopMode '\(mode.name.rawValue)'> {")
             lines.append("    sources0 = {")
             for source in mode.sources {
-                lines.append("      order \(source.order), signalled \(source.isSignalled), valid \(source.isValid)")
+                lines.append(
+                    "      \(labelPrefix(source.label))order \(source.order), signalled \(source.isSignalled), valid \(source.isValid)"
+                )
             }
             lines.append("    },")
             // Descriptions of the items themselves (fd, watched events; a port's queue), made
@@ -51,7 +54,7 @@ extension RunLoop {
             lines.append("    observers = {")
             for observer in mode.observers {
                 lines.append(
-                    "      order \(observer.order), activities \(observer.activities), repeats \(observer.repeats)"
+                    "      \(labelPrefix(observer.label))order \(observer.order), activities \(observer.activities), repeats \(observer.repeats)"
                 )
             }
             lines.append("    },")
@@ -59,5 +62,10 @@ extension RunLoop {
         }
         lines.append("}}")
         return lines.joined(separator: "\n")
+    }
+
+    /// `"label", ` for an item with a label (see ItemLabels.swift), nothing otherwise.
+    private func labelPrefix(_ label: String?) -> String {
+        label.map { "\"\($0)\", " } ?? ""
     }
 }

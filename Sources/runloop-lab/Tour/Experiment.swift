@@ -26,5 +26,10 @@ enum Tour {
         MainLoopObservers(),
         CoalescedCommit(),
         DisplayLinkStall(),
+        GCDTimerWhileScrolling(),
+        PerformAfterOnIdleThread(),
+        EventPipeline(),
+        MainLoopDescription(),
+        CrashGuardExperiment(),
     ]
 }
