@@ -11,9 +11,21 @@ enum LabTrace {
     /// The recorder of the experiment running now, if the tour records traces.
     private static let current = Mutex<TraceRecorder?>(nil)
 
-    /// Records `loop` if an experiment is being traced (called by ``LoopThread`` before its body).
+    /// Records `loop` if an experiment is being traced: called by ``LoopThread`` before its body,
+    /// and by experiments for the loops they do not make with it (a PermanentThread's, the main
+    /// loop).
     static func recordIfTracing(_ loop: RunLoop) {
         current.withLock { $0 }?.record(loop)
+    }
+
+    /// The recorder of the experiment running now, if the tour records traces: an experiment that
+    /// reads its own loops' trace uses this one (a loop records into one buffer at a time).
+    static var recording: TraceRecorder? { current.withLock { $0 } }
+
+    /// Adds a stall a StallMonitor reported to the trace, if an experiment is being traced: a
+    /// span over the stalled thread's lane.
+    static func recordIfTracing(_ event: StallEvent) {
+        current.withLock { $0 }?.record(event)
     }
 
     /// Runs `body` with a recorder installed, then writes `DIR/NN-slug.json` and `.html`; prints
@@ -28,7 +40,7 @@ enum LabTrace {
         let trace = recorder.snapshot()
         let spans = trace.lanes.reduce(0) { $0 + $1.spans.count }
         guard spans > 0 else {
-            Out.line("(no loop of this experiment was recorded: it runs no LoopThread)")
+            Out.line("(no trace: no loop ran in this experiment's process)")
             return
         }
         let stem = String(format: "%02d-", number) + slug(title)

@@ -29,8 +29,9 @@ struct EventPipeline: Experiment {
 
     func run() {
         let trace = Trace()
+        // `tour --trace` records the loop already (LoopThread): its recorder is the one to read.
         let recorder: TraceRecorder
-        do { recorder = try TraceRecorder(capacityPerLoop: 4_096) } catch {
+        do { recorder = try LabTrace.recording ?? TraceRecorder(capacityPerLoop: 4_096) } catch {
             Out.line("cannot record: \(error)")
             return
         }
@@ -67,7 +68,7 @@ struct EventPipeline: Experiment {
         }
         app.join()
         Pipeline.port.withLock { $0 = nil }
-        recorder.stop()
+        if LabTrace.recording == nil { recorder.stop() }
         let lane = recorder.snapshot().lanes.first { $0.threadName == "app-main" }
 
         Out.subheading("what the threads printed")

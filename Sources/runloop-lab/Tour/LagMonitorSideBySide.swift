@@ -51,6 +51,7 @@ struct LagMonitorSideBySide: Experiment {
 
     func run() {
         let worker = PermanentThread(name: "ui-loop")
+        LabTrace.recordIfTracing(worker.loop)
         let seedOnWorker = SeedLagDetector()
         seedOnWorker.begin(on: worker.loop)
         let inbox = EventInbox<Delivered>()
@@ -62,7 +63,11 @@ struct LagMonitorSideBySide: Experiment {
         let monitor = StallMonitor(
             loops: [worker.loop] + (main.map { [$0] } ?? []), threshold: Self.threshold,
             sampleInterval: Self.sampleInterval, logger: nil)
-        monitor.start { inbox.post(Delivered(event: $0, at: .now)) }
+        if let main { LabTrace.recordIfTracing(main) }
+        monitor.start { event in
+            LabTrace.recordIfTracing(event)
+            inbox.post(Delivered(event: event, at: .now))
+        }
         Out.line(
             "StallMonitor(loops: [ui-loop\(main == nil ? "" : ", main")], threshold: \(Trace.literal(Self.threshold)), "
                 + "sampleInterval: \(Trace.literal(Self.sampleInterval))).start")

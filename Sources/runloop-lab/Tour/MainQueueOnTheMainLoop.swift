@@ -24,6 +24,7 @@ struct MainQueueOnTheMainLoop: Experiment {
             return
         }
         let loop = RunLoop.main
+        LabTrace.recordIfTracing(loop)
         let trace = Trace()
         let privateMode: RunLoop.Mode = "PrivateMode"
 
