@@ -165,8 +165,6 @@ int64_t crlk_loop_now_upper_bound_ns(void) {
     return crlk_boottime_upper_bound_ns();
 }
 
-bool crlk_on_virtual_time(void) { return virtual_time_on; }
-
 bool crlk_set_virtual_time(bool on, int64_t now_ns, int64_t *previous_ns) {
     bool was = virtual_time_on;
     if (previous_ns) *previous_ns = virtual_time_now;

@@ -7,8 +7,10 @@ public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
     case livelock(at: Duration, passes: Int, trail: [String])
     /// More passes than `maxPasses` in one ``VirtualTimeLoop/advance(by:in:maxPasses:)``.
     case passLimit(at: Duration, passes: Int, trail: [String])
-    /// A run nested in a callout, with no deadline and no timer, was about to sleep: only another
-    /// thread could have woken it, and on virtual time none does. The nested run was ended.
+    /// A run with no deadline and no timer was about to sleep: only another thread could have
+    /// woken it, and on virtual time none does. A run nested in a callout with no deadline gets
+    /// here, and so does `advance(to: RunLoop.distantFuture)` in a mode without timers. The runs
+    /// were ended.
     case sleepsForever(at: Duration, trail: [String])
     /// ``VirtualTimeLoop/advance(by:in:maxPasses:)`` with a negative duration.
     case negativeDuration(Duration)

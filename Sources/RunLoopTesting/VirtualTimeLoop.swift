@@ -56,11 +56,13 @@ public func withVirtualTime<Result, Failure: Error>(
 /// Callbacks may capture it (it is `Sendable`): they run on the scope's thread, which is the only
 /// thread its members accept.
 public final class VirtualTimeLoop: @unchecked Sendable {
-    // Why `@unchecked Sendable` is safe: every member but `start` (a constant) first checks
-    // (`checkThread`, a precondition also in -O builds) that the caller is on the thread
-    // withVirtualTime put on virtual time, before touching `scope` or `trail`; so all their uses
-    // come from that one thread, in program order. `close()` runs on it too, from
-    // withVirtualTime's `defer`, and the scope checks the thread itself.
+    // Why `@unchecked Sendable` is safe: `start` is a constant and `runLoop` reads a constant
+    // (Sendable) loop; every other member first checks (`checkThread`, preconditions also in -O
+    // builds) that the caller is on the thread withVirtualTime put on virtual time, comparing
+    // only constants (the thread id) before it reads any state, and only then touches `scope`'s
+    // and `trail`'s mutable state; so all their uses come from that one thread, in program order.
+    // `close()` runs on it too, from withVirtualTime's `defer`, and the scope checks the thread
+    // itself.
     private let scope: VirtualTimeScope
     private let trail: ActivityTrail
 
@@ -129,15 +131,20 @@ public final class VirtualTimeLoop: @unchecked Sendable {
         try checkNotNested("advance(to:)")
         guard maxPasses > 0 else { throw .invalidLimit(maxPasses) }
         let targetNs = RunLoop.nanoseconds(of: target)
-        scope.control.beginDrive(stopWhenIdle: false, maxPasses: maxPasses, maxPassesAtInstant: Self.passesPerInstant)
+        let control = scope.control
+        control.beginDrive(stopWhenIdle: false, maxPasses: maxPasses, maxPassesAtInstant: Self.passesPerInstant)
+        defer { control.endDrive() }
         trail.begin()
+        var idleRuns = 0
         while scope.nowNs < targetNs {
+            let (passes, before) = (control.passes, scope.nowNs)
             let result = runLoop.run(mode: mode, for: .nanoseconds(targetNs - scope.nowNs))
             try checkStop()
             // An empty mode (or .common, or a mode never made): time passes with nothing to do.
             if result == .finished { scope.setNow(targetNs) }
+            try checkProgress(passes, before, &idleRuns)
         }
-        try runUntilIdle(in: mode, maxPasses: Self.passesPerInstant)
+        try settle(in: mode, maxPassesAtInstant: Self.passesPerInstant, maxPasses: maxPasses - control.passes)
     }
 
     /// Runs the loop in `mode` at the current instant until it would sleep: until no block, no
@@ -148,20 +155,46 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     ///   - mode: The mode to run in.
     ///   - maxPasses: The most passes at one instant: work that has not settled by then (a source
     ///     that signals itself, a block that performs itself, a zero-interval timer) is a livelock.
+    ///     Work that moves the clock itself (``elapse(_:)``) never repeats an instant: 100 times
+    ///     this many passes in all end it with ``VirtualTimeError/passLimit(at:passes:trail:)``.
     /// - Throws: ``VirtualTimeError/livelock(at:passes:trail:)`` naming the items that ran last.
     public func runUntilIdle(in mode: RunLoop.Mode = .default, maxPasses: Int = 10_000) throws(VirtualTimeError) {
         checkThread("runUntilIdle()")
         try checkNotNested("runUntilIdle()")
         guard maxPasses > 0 else { throw .invalidLimit(maxPasses) }
-        scope.control.beginDrive(stopWhenIdle: true, maxPasses: .max, maxPassesAtInstant: maxPasses)
         trail.begin()
+        let (total, overflow) = maxPasses.multipliedReportingOverflow(by: 100)
+        try settle(in: mode, maxPassesAtInstant: maxPasses, maxPasses: overflow ? .max : total)
+    }
+
+    private func settle(in mode: RunLoop.Mode, maxPassesAtInstant: Int, maxPasses: Int) throws(VirtualTimeError) {
+        let control = scope.control
+        control.beginDrive(stopWhenIdle: true, maxPasses: max(1, maxPasses), maxPassesAtInstant: maxPassesAtInstant)
+        defer { control.endDrive() }
+        var idleRuns = 0
         repeat {
+            let (passes, before) = (control.passes, scope.nowNs)
             let result = runLoop.run(mode: mode, for: .seconds(1_000_000_000))
             try checkStop()
             if result == .finished { return }
+            try checkProgress(passes, before, &idleRuns)
             // The run ended at the point the loop would sleep; what ran after it in that pass
             // (afterWaiting observers, the blocks they performed) may have made more work.
         } while runLoop.hasWorkOnVirtualTime(inMode: mode)
+    }
+
+    /// A run that made no pass and left the clock alone (an `entry` observer that stops every
+    /// run) counts as a pass at that instant: repeated, it is a livelock, not a hang.
+    private func checkProgress(_ passesBefore: Int, _ nowBefore: Int64, _ idleRuns: inout Int) throws(VirtualTimeError) {
+        let control = scope.control
+        guard control.passes == passesBefore, scope.nowNs == nowBefore else {
+            idleRuns = 0
+            return
+        }
+        idleRuns += 1
+        if idleRuns > control.maxPassesAtInstant {
+            throw .livelock(at: elapsed, passes: idleRuns - 1, trail: trail.lastCallouts())
+        }
     }
 
     /// Moves the clock forward by `duration` without running the loop: what a callout that
@@ -180,9 +213,14 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     public static let passesPerInstant = 10_000
 
     private func checkThread(_ function: StaticString) {
+        // The scope's state is read only once the thread is known to be the scope's.
         precondition(
-            scope.isOnScopeThread && !scope.hasLeft,
-            "VirtualTimeLoop.\(function): called \(scope.hasLeft ? "after withVirtualTime returned" : "from another thread"); a virtual-time loop is used only inside withVirtualTime's body, on its thread"
+            scope.isOnScopeThread,
+            "VirtualTimeLoop.\(function): called from another thread; a virtual-time loop is used only on the thread withVirtualTime runs its body on"
+        )
+        precondition(
+            scope.isInnermost,
+            "VirtualTimeLoop.\(function): called \(scope.hasLeft ? "after withVirtualTime returned" : "inside a nested withVirtualTime, whose clock and loop are the thread's now"); use the innermost scope's VirtualTimeLoop"
         )
     }
 
@@ -193,7 +231,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     private func checkStop() throws(VirtualTimeError) {
         let control = scope.control
         guard let stop = control.stop, stop != .idle else { return }
-        let at = elapsed
+        let at = RunLoop.instant(ofNanoseconds: control.stopNs) - start
         let names = trail.lastCallouts()
         switch stop {
         case .livelock: throw .livelock(at: at, passes: control.passesAtInstant - 1, trail: names)

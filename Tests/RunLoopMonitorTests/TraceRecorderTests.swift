@@ -136,6 +136,44 @@ struct TraceRecorderTests {
     }
 }
 
+extension TraceRecorderTests {
+    @Test("a run nested in a folded repeat nests in it: the repeat becomes its own span")
+    func nestedRunInAFoldedRepeat() throws {
+        let recorder = try TraceRecorder(capacityPerLoop: 1024)
+        let thread = NamedThread(name: "nesting") {
+            let loop = RunLoop.current
+            recorder.record(loop)
+            let count = Counter()
+            let box = SourceBox()
+            loop.add(RunLoopSource {}, forMode: "Inner")
+            let source = RunLoopSource {
+                let call = count.increment()
+                // The third call (folded into the record of the first two) runs the loop nested.
+                if call == 3 { RunLoop.current.run(mode: "Inner", for: .milliseconds(5)) }
+                if call < 6 { box.source?.signal() } else { RunLoop.current.stop() }
+            }
+            box.source = source
+            source.label = "nesting source"
+            loop.add(source, forMode: .default)
+            source.signal()
+            while count.value < 6 { loop.run(mode: .default, for: .seconds(1)) }
+            source.invalidate()
+        }
+        thread.join()
+        let lane = try #require(recorder.snapshot().lanes.first)
+        let calls = lane.spans.filter { $0.kind == .callout && $0.name == "nesting source" }
+        #expect(calls.reduce(0) { $0 + $1.calls } == 6)
+        let nested = try #require(lane.spans.first { $0.kind == .run && $0.name == "Inner" })
+        // One record of the source holds the nested run, one level up: it starts with the third
+        // call (the first two are a record of their own, ended before it), and the later repeats
+        // fold into it again.
+        let holders = calls.filter { $0.start <= nested.start && nested.end <= $0.end }
+        #expect(holders.count == 1)
+        #expect(holders.first.map { $0.depth + 1 } == nested.depth)
+        #expect(calls.filter { $0.end <= nested.start }.reduce(0) { $0 + $1.calls } == 2)
+    }
+}
+
 /// A count shared with a callback.
 final class Counter: Sendable {
     private let storage = Atomic<Int>(0)

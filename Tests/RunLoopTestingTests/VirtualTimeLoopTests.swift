@@ -230,6 +230,86 @@ import class RunLoopKit.RunLoop
         #expect(drift < .seconds(1) && drift > .seconds(-1))
     }
 
+    /// An entry observer that stops every run: no pass is ever made, and the time never comes;
+    /// that is reported as a livelock, not a hang.
+    @Test func runsStoppedBeforeTheirFirstPassAreALivelock() {
+        withVirtualTime { time in
+            let loop = RunLoop.current
+            loop.add(RunLoopSource {}, forMode: .default)
+            loop.add(RunLoopObserver(activities: .entry) { _, _ in RunLoop.current.stop() }, forMode: .default)
+            #expect(throws: VirtualTimeError.self) { try time.advance(by: .seconds(1)) }
+        }
+    }
+
+    /// A livelock under a run(until:) nested in a callout: the nested run is unwound (it gets
+    /// to its date at once) and the drive reports the livelock at the instant it happened.
+    @Test func aLivelockUnderANestedRunUntilIsUnwound() {
+        withVirtualTime { time in
+            let loop = RunLoop.current
+            let again = LoopBound<RunLoopSource?>(nil)
+            let spinner = RunLoopSource { again.value?.signal() }
+            again.value = spinner
+            loop.add(spinner, forMode: .default)
+            let timer = RunLoopTimer(after: .milliseconds(10)) { _ in
+                spinner.signal()
+                RunLoop.current.run(until: RunLoop.now + .seconds(1))
+            }
+            loop.add(timer, forMode: .default)
+            var caught: VirtualTimeError?
+            do throws(VirtualTimeError) { try time.advance(by: .seconds(5)) } catch { caught = error }
+            guard case .livelock(let at, _, _) = caught else {
+                Issue.record("expected a livelock, got \(String(describing: caught))")
+                return
+            }
+            #expect(at == .milliseconds(10))
+            spinner.invalidate()
+            again.value = nil
+        }
+    }
+
+    /// Between drives the body's own runs behave as in production: a 1 s run moves the clock 1 s
+    /// (a finished drive leaves no idle stop or limit behind).
+    @Test func theBodysOwnRunsMoveTheClockAfterADrive() throws {
+        try withVirtualTime { time in
+            RunLoop.current.add(RunLoopSource {}, forMode: .default)
+            try time.runUntilIdle()
+            let before = time.elapsed
+            let result = RunLoop.current.run(mode: .default, for: .seconds(1))
+            #expect(result == .timedOut)
+            #expect(time.elapsed - before == .seconds(1))
+        }
+    }
+
+    /// Work that moves the clock itself never repeats an instant; runUntilIdle still ends, with
+    /// a pass limit.
+    @Test func runUntilIdleHasATotalPassLimit() {
+        withVirtualTime { time in
+            @Sendable func again() {
+                time.elapse(.milliseconds(1))
+                RunLoop.current.perform { again() }
+            }
+            RunLoop.current.perform { again() }
+            #expect {
+                try time.runUntilIdle(maxPasses: 50)
+            } throws: { error in
+                guard case VirtualTimeError.passLimit(_, let passes, _) = error else { return false }
+                return passes == 5_000
+            }
+        }
+    }
+
+    /// The teardown's callbacks run on virtual time and may ask the loop for the time.
+    @Test func cancelCallbacksAtTheScopesEndMayReadTheClock() throws {
+        final class Seen: Sendable { let value = Mutex<Duration?>(nil) }
+        let seen = Seen()
+        try withVirtualTime { time in
+            let source = RunLoopSource(onCancel: { _, _ in seen.value.withLock { $0 = time.elapsed } }) {}
+            RunLoop.current.add(source, forMode: .default)
+            try time.advance(by: .seconds(2))
+        }
+        #expect(seen.value.withLock { $0 } == .seconds(2))
+    }
+
     /// Scopes nest: the inner one has its own clock and loop; the outer ones come back.
     @Test func scopesNest() throws {
         try withVirtualTime { outer in

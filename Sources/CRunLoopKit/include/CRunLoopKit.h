@@ -33,9 +33,6 @@ int64_t crlk_loop_now_ns(void);
 /// ``crlk_boottime_upper_bound_ns`` for the loop clock: on virtual time, the virtual now.
 int64_t crlk_loop_now_upper_bound_ns(void);
 
-/// Whether the calling thread is on virtual time.
-bool crlk_on_virtual_time(void);
-
 /// Puts the calling thread on virtual time at `now_ns` (or moves its virtual clock there) when
 /// `on`, or takes it off; returns whether it was on before, and its virtual clock in `*previous_ns`
 /// (for nested scopes to restore).

@@ -195,7 +195,8 @@ extension RunLoop {
             if _slowPath(context.pass.flags == 0) {
                 context.pass.flags = instrumentation.flags.load(ordering: .relaxed) & LoopInstrumentation.stampPhases
             }
-            if context.pass.flags & LoopInstrumentation.reportIterations != 0 || context.pass.tracing {
+            // A trace needs the wake reason only for a pass that slept (a poll records no sleep).
+            if context.pass.flags & LoopInstrumentation.reportIterations != 0 || (context.pass.tracing && !poll) {
                 noteWakeReason(poll, &context)
                 if context.pass.tracing { traceWake(&context) }
             }
@@ -837,7 +838,11 @@ extension RunLoop {
     private func waitOnVirtualTime(_ context: inout RunContext, poll: Bool) {
         guard let control = confined.virtualTime else { return }
         if let broken = control.brokenLimit ?? control.countPass(at: LoopClock.now()) {
-            control.record(broken)
+            // Every run ends, out to the driver; a run with a deadline gets there at once, so
+            // that `run(until:)` and its kind stop repeating.
+            control.record(broken, at: LoopClock.now())
+            control.countUnwoundRun()
+            if context.deadline != LoopClock.never { crlk_set_virtual_now(max(context.deadline, LoopClock.now())) }
             stopRequest.store(context.id, ordering: .relaxed)
             return
         }
@@ -855,13 +860,13 @@ extension RunLoop {
         let timerDeadline = withState { $0.modes[context.modeIndex].timers.coalescedDeadline() }
         if timerDeadline <= now { return }  // This pass fires it.
         if control.stopWhenIdle && confined.runDepth == 1 {
-            control.record(.idle)
+            control.record(.idle, at: now)
             stopRequest.store(context.id, ordering: .relaxed)
             return
         }
         let wake = min(timerDeadline, context.deadline)
         guard wake != LoopClock.never else {
-            control.record(.sleepsForever)
+            control.record(.sleepsForever, at: now)
             stopRequest.store(context.id, ordering: .relaxed)
             return
         }

@@ -251,8 +251,6 @@ final class LoopTracer {
         var name: UInt32
         var start: Int64
         var firstPass: UInt64
-        /// A repeat folded into the pending record: no clock was read at its start.
-        var folded: Bool
     }
 
     /// Calls of one item folded into one record at most; a bound on how much of a hot loop's time
@@ -279,6 +277,10 @@ final class LoopTracer {
     @exclusivity(unchecked) private var skippedDepth = 0
     /// The last clock read (for counter samples, which read none).
     @exclusivity(unchecked) private var lastRead: Int64 = 0
+    /// A repeat of the pending callout is in progress, folded into it: no clock was read at its
+    /// start and nothing is on the open stack for it (a hot loop's repeats cost a compare and a
+    /// count). If anything begins inside it (a nested run), it is made an open span then.
+    @exclusivity(unchecked) private var foldInProgress = false
 
     init(buffer: TraceBuffer) {
         self.buffer = buffer
@@ -306,12 +308,18 @@ final class LoopTracer {
         hasPending = false
         pending.end = now
         buffer.write(pending)
-        // A folded repeat in progress (its nested run is being recorded) is its own span from
-        // here: what it did before counts in the record just written.
-        if openCount > 0, open[openCount - 1].folded {
-            open[openCount - 1].folded = false
-            open[openCount - 1].start = now
-        }
+    }
+
+    /// Something begins inside a folded repeat: the repeat becomes its own open span from now
+    /// (the calls before it stay in the pending record, which this read writes).
+    private func unfold() {
+        foldInProgress = false
+        let folded = pending
+        let now = read()
+        push(
+            OpenSpan(
+                kind: .callout, phase: folded.phase, detail: folded.detail, depth: folded.depth, name: folded.name,
+                start: now, firstPass: folded.firstPass &+ UInt64(folded.passSpan)))
     }
 
     @inline(__always)
@@ -322,6 +330,7 @@ final class LoopTracer {
 
     @inline(__always)
     func beginCallout(_ phase: RunLoop.Phase, name: UInt32, detail: UInt8 = 0, depth: UInt8, pass: UInt64) {
+        if _slowPath(foldInProgress) { unfold() }
         guard openCount < Self.depthLimit else {
             skippedDepth += 1
             return
@@ -329,21 +338,25 @@ final class LoopTracer {
         if hasPending, pending.name == name, pending.phase == phase, pending.depth == depth, pending.detail == detail,
             pending.count < Self.foldLimit
         {
-            push(
-                OpenSpan(
-                    kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: pending.start,
-                    firstPass: pending.firstPass, folded: true))
+            foldInProgress = true
             return
         }
         let now = read()
         push(
             OpenSpan(
-                kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: now, firstPass: pass,
-                folded: false))
+                kind: .callout, phase: phase, detail: detail, depth: depth, name: name, start: now, firstPass: pass))
     }
 
     @inline(__always)
     func endCallout(depth: UInt8, pass: UInt64) {
+        if foldInProgress {
+            // The repeat folded at beginCallout (nothing began inside it) ends: one more call.
+            foldInProgress = false
+            pending.count += 1
+            pending.passSpan = UInt32(truncatingIfNeeded: pass &- pending.firstPass)
+            if pending.count >= Self.foldLimit { _ = read() }
+            return
+        }
         guard openCount > 0, open[openCount - 1].kind == .callout, open[openCount - 1].depth == depth else {
             if skippedDepth > 0 { skippedDepth -= 1 }
             return
@@ -351,12 +364,6 @@ final class LoopTracer {
         openCount -= 1
         let top = (open + openCount).move()
         let span = UInt32(truncatingIfNeeded: pass &- top.firstPass)
-        if top.folded, hasPending {
-            pending.count += 1
-            pending.passSpan = span
-            if pending.count >= Self.foldLimit { _ = read() }
-            return
-        }
         if hasPending { _ = read() }
         pending = TraceRecord(
             kind: .callout, phase: top.phase, detail: top.detail, depth: depth, name: top.name, start: top.start,
@@ -365,15 +372,13 @@ final class LoopTracer {
     }
 
     func beginSpan(_ kind: TraceRecord.Kind, phase: RunLoop.Phase, name: UInt32, depth: UInt8, pass: UInt64) {
+        if _slowPath(foldInProgress) { unfold() }
         guard openCount < Self.depthLimit else {
             skippedDepth += 1
             return
         }
         let now = read()
-        push(
-            OpenSpan(
-                kind: kind, phase: phase, detail: 0, depth: depth, name: name, start: now, firstPass: pass,
-                folded: false))
+        push(OpenSpan(kind: kind, phase: phase, detail: 0, depth: depth, name: name, start: now, firstPass: pass))
     }
 
     /// Ends the innermost open span if it is a `kind` at `depth` (one begun before the buffer was

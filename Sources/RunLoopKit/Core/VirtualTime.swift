@@ -9,6 +9,10 @@ import Glibc
 // it would sleep, it polls its descriptors and, if nothing is ready, moves the thread's clock to
 // when the sleep would have ended (the mode's next timer or the run's deadline). A run is then a
 // sequence of full passes at the instants something is due, with no real time passing.
+//
+// Adding or rescheduling a timer still arms the loop's timerfd (with a virtual deadline): harmless,
+// since the virtual loop's timerfd is its own, never waited on (its waits poll), and closed when
+// the scope ends.
 
 /// What a driver of a virtual-time loop asks of it and what the loop reports back. Confined to
 /// the loop's thread (the thread on virtual time), like the rest of ``LoopThreadState``.
@@ -28,8 +32,9 @@ package final class VirtualTimeControl {
 
     /// The outermost run ends where it would sleep, instead of moving the clock.
     package var stopWhenIdle = false
-    /// Passes allowed at one instant, and in one drive.
-    package var maxPassesAtInstant = 10_000
+    /// Passes allowed at one instant, and in one drive (no limit between drives: a run the test's
+    /// body makes itself behaves as in production).
+    package var maxPassesAtInstant = Int.max
     package var maxPasses = Int.max
     /// Passes since ``beginDrive(stopWhenIdle:maxPasses:maxPassesAtInstant:)``.
     package private(set) var passes = 0
@@ -39,6 +44,13 @@ package final class VirtualTimeControl {
     /// Why the loop ended the drive's run, if it did (a broken limit ends every run out to the
     /// driver: each wait checks it first).
     package private(set) var stop: Stop?
+    /// The clock when ``stop`` was recorded.
+    package private(set) var stopNs: Int64 = 0
+    /// Runs ended because a limit was broken: a loop in a callout that keeps starting runs (a
+    /// keep-alive `while` loop) cannot be unwound, and past ``unwindLimit`` the process stops
+    /// with the reason instead of spinning.
+    private var unwoundRuns = 0
+    static let unwindLimit = 100_000
 
     init() {}
 
@@ -54,6 +66,12 @@ package final class VirtualTimeControl {
         passesAtInstant = 0
         instant = Int64.min
         stop = nil
+        unwoundRuns = 0
+    }
+
+    /// Back to no drive: no limits, no idle stop, no recorded stop.
+    package func endDrive() {
+        beginDrive(stopWhenIdle: false, maxPasses: .max, maxPassesAtInstant: .max)
     }
 
     /// Counts a pass at `now`; returns the limit it broke, if any.
@@ -69,9 +87,22 @@ package final class VirtualTimeControl {
         return nil
     }
 
-    func record(_ reason: Stop) {
+    func record(_ reason: Stop, at now: Int64) {
         // The first reason stands: an idle stop does not hide a livelock found in a nested run.
-        if stop == nil || stop == .idle { stop = reason }
+        if stop == nil || stop == .idle {
+            stop = reason
+            stopNs = now
+        }
+    }
+
+    /// Counts a run ended because a limit was broken; stops the process past ``unwindLimit``.
+    func countUnwoundRun() {
+        unwoundRuns += 1
+        if unwoundRuns > Self.unwindLimit {
+            fatalError(
+                "RunLoopTesting: \(stop.map { "\($0)" } ?? "a limit") broken on virtual time, but a callout keeps running the loop (\(Self.unwindLimit) runs ended since): a keep-alive loop inside a callout cannot be unwound; give it an exit condition"
+            )
+        }
     }
 }
 
@@ -86,8 +117,12 @@ package final class VirtualTimeScope {
     private let previousLoop: UnsafeMutableRawPointer?
     private let previousOnVirtualTime: Bool
     private let previousVirtualNow: Int64
-    /// Whether ``leave()`` was called.
+    /// Whether ``leave()`` has finished.
     package private(set) var hasLeft = false
+    private var isLeaving = false
+
+    /// Whether this scope is the innermost on its thread (its loop is the thread's current one).
+    package var isInnermost: Bool { !hasLeft && loop.isCurrent }
 
     /// Puts the calling thread on virtual time at `startNs` with a new loop as its current loop
     /// (``RunLoop/current``): what a test made on this thread, and everything the loop does, reads
@@ -123,10 +158,12 @@ package final class VirtualTimeScope {
     /// the scope's thread; a second call does nothing.
     package func leave() {
         precondition(isOnScopeThread, "RunLoopKit: a virtual-time scope is left on the thread that made it")
-        guard !hasLeft else { return }
-        hasLeft = true
-        // The teardown's callbacks run while the loop is still the thread's (see ThreadLoops.key).
+        guard !hasLeft, !isLeaving else { return }
+        isLeaving = true
+        // The teardown's callbacks run while the loop is still the thread's (see ThreadLoops.key),
+        // on virtual time, and may still ask the scope for the time.
         loop.tearDown()
+        hasLeft = true
         pthread_setspecific(ThreadLoops.key, previousLoop)
         Unmanaged<RunLoop>.fromOpaque(retainedLoop).release()
         var ignored: Int64 = 0

@@ -299,7 +299,7 @@ extension IdleTaskQueue {
                 let deadline = IdleDeadline(end: end, loop: loop, didTimeout: false)
                 let started = RunLoop.now
                 let result = entry.task(deadline)
-                let took = started.duration(to: .now)
+                let took = started.duration(to: RunLoop.now)
                 average = average == .zero ? took : (average * 7 + took) / 8
                 ran = true
                 if result == .more { requeue(entry) }
@@ -382,7 +382,7 @@ extension IdleTaskQueue {
             }
             for entry in expired {
                 loop.perform(inModes: modes) { [weak self] in
-                    let result = entry.task(IdleDeadline(end: .now, loop: nil, didTimeout: true))
+                    let result = entry.task(IdleDeadline(end: RunLoop.now, loop: nil, didTimeout: true))
                     if result == .more { self?.requeue(entry) }
                 }
             }
