@@ -209,6 +209,22 @@ import class RunLoopKit.RunLoop
         }
     }
 
+    /// A target no deadline reaches, in a mode with a source and no timer: nothing would ever
+    /// wake the loop, which is reported instead of waited for; the clock stays.
+    @Test func advancingToTheDistantFutureWithNothingDueIsReported() {
+        withVirtualTime { time in
+            RunLoop.current.add(RunLoopSource {}, forMode: .default)
+            let before = time.now
+            #expect {
+                try time.advance(to: RunLoop.distantFuture)
+            } throws: { error in
+                guard case VirtualTimeError.sleepsForever(let at, _) = error else { return false }
+                return at == .zero
+            }
+            #expect(time.now == before)
+        }
+    }
+
     /// Leaving the scope gives the thread its own loop and the real clock back, and tears the
     /// virtual loop down (its sources' cancel callbacks run, blocks performed later are dropped).
     @Test func leavingRestoresTheThreadsLoopAndClock() throws {
