@@ -34,15 +34,6 @@ struct StallMonitorWorkload: Workload {
 
     private static func ms(_ d: Duration) -> String { "\(Int(nanoseconds(d) / 1e6)) ms" }
 
-    /// The source's state; touched only on the loop's thread (the source's callback and the body
-    /// that runs the loop on that same thread).
-    private final class Spin: @unchecked Sendable {
-        var count = 0
-        var target = 0
-        var counting = false
-        var allocations = 0
-    }
-
     /// What watches the loop in a run: nothing, a StallMonitor, or only the phase watch a
     /// StallMonitor holds (no monitor thread): what separates the seam's cost from the monitor's.
     private enum Variant { case off, monitor, watchOnly }
@@ -52,54 +43,32 @@ struct StallMonitorWorkload: Workload {
         let (iterations, warmUp, threshold, interval) = (self.iterations, self.warmUp, threshold, sampleInterval)
         return BenchThread.run {
             let loop = RunLoop.current
-            let spin = Spin()
-            let me = Box<RunLoopSource?>(nil)
-            let source = RunLoopSource {
-                spin.count += 1
-                if spin.counting && spin.count == 1 { cbench_alloc_counter_start() }
-                if spin.count < spin.target {
-                    me.value!.signal()
-                } else {
-                    if spin.counting { spin.allocations = cbench_alloc_counter_stop() }
-                    RunLoop.current.stop()
-                }
-            }
-            me.value = source
-            loop.add(source, forMode: .default)
-            func pass(_ n: Int, counting: Bool = false) {
-                spin.count = 0
-                spin.target = n
-                spin.counting = counting
-                source.signal()
-                loop.run(mode: .default, for: .seconds(600))
-                precondition(spin.count == n, "RunLoopKit stopped after \(spin.count) of \(n) iterations")
-            }
+            let spin = SpinningSource()
             let monitor =
                 variant == .monitor
                 ? StallMonitor(loop: loop, threshold: threshold, sampleInterval: interval, logger: nil) : nil
             monitor?.start { _ in }
             let watch = variant == .watchOnly ? loop.watchPhases() : nil
-            pass(warmUp)
+            spin.pass(warmUp)
             if variant == .watchOnly {
                 // `busySince` is nil until the loop is watched and has stamped a pass.
                 let deadline = cbench_now_ns() + 2_000_000_000
                 while loop.phaseSnapshot.busySince == nil {
                     precondition(cbench_now_ns() < deadline, "the phase watch did not stamp within 2 s")
                     usleep(1_000)
-                    pass(warmUp)
+                    spin.pass(warmUp)
                 }
             } else if variant == .monitor {
                 // The monitor reads only the phase word; let its threads start and look once.
                 usleep(2 * 50_000)
-                pass(warmUp)
+                spin.pass(warmUp)
             }
             let start = cbench_now_ns()
-            pass(iterations, counting: true)
+            spin.pass(iterations, counting: true)
             let elapsed = seconds(from: start, to: cbench_now_ns())
             monitor?.stop()
             watch?.cancel()
-            source.invalidate()
-            me.value = nil
+            spin.invalidate()
             return (Double(iterations) / elapsed, Double(spin.allocations) / Double(iterations))
         }
     }

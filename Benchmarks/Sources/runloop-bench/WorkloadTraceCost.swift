@@ -35,54 +35,29 @@ struct TraceCostWorkload: Workload {
     }
     var implementations: [Impl] { [.runLoopKit] }
 
-    /// The source's state; touched only on the loop's thread.
+    /// The export's source state; touched only on the loop's thread.
     private final class Spin: @unchecked Sendable {
         var count = 0
-        var target = 0
-        var counting = false
-        var allocations = 0
     }
 
     private func run(recording: Bool, observed: Bool, iterations: Int) -> (rate: Double, allocations: Double, events: UInt64) {
         let warmUp = self.warmUp
         return BenchThread.run {
             let loop = RunLoop.current
-            let spin = Spin()
-            let me = Box<RunLoopSource?>(nil)
-            let source = RunLoopSource {
-                spin.count += 1
-                if spin.counting && spin.count == 1 { cbench_alloc_counter_start() }
-                if spin.count < spin.target {
-                    me.value!.signal()
-                } else {
-                    if spin.counting { spin.allocations = cbench_alloc_counter_stop() }
-                    RunLoop.current.stop()
-                }
-            }
-            me.value = source
-            loop.add(source, forMode: .default)
+            let spin = SpinningSource()
             let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
             if observed { loop.add(observer, forMode: .default) }
             let recorder = recording ? try! TraceRecorder(capacityPerLoop: 65_536) : nil
             recorder?.record(loop)
-            func pass(_ n: Int, counting: Bool = false) {
-                spin.count = 0
-                spin.target = n
-                spin.counting = counting
-                source.signal()
-                loop.run(mode: .default, for: .seconds(600))
-                precondition(spin.count == n, "RunLoopKit stopped after \(spin.count) of \(n) iterations")
-            }
-            pass(warmUp)
+            spin.pass(warmUp)
             let before = recorder?.recordsWritten ?? 0
             let start = cbench_now_ns()
-            pass(iterations, counting: true)
+            spin.pass(iterations, counting: true)
             let elapsed = seconds(from: start, to: cbench_now_ns())
             let events = (recorder?.recordsWritten ?? 0) - before
             recorder?.stop()
             observer.invalidate()
-            source.invalidate()
-            me.value = nil
+            spin.invalidate()
             return (Double(iterations) / elapsed, Double(spin.allocations) / Double(iterations), events)
         }
     }
