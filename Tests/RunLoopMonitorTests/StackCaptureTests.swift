@@ -15,13 +15,18 @@ extension RunLoopMonitorSuites {
 
     @Test func capturesAnotherThreadInTheFunctionItSpinsIn() throws {
         let stop = Atomic<Bool>(false)
+        let spinning = Atomic<Bool>(false)
         let spinner = NamedThread(name: "spinner") {
+            spinning.store(true, ordering: .releasing)
             while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
         }
         defer { stop.store(true, ordering: .relaxed); spinner.join() }
+        while !spinning.load(ordering: .acquiring) { sched_yield() }
         var frames = try ThreadStack.capture(threadID: spinner.threadID)
-        // Under a sanitizer the signal arrives at its next interceptor: try a few times.
-        for _ in 0..<20 where sanitized && !symbols(frames).contains("monitorTestCrunch(until:)") {
+        // A capture can still land between two calls of the crunch (on a loaded machine the
+        // spinner may be descheduled there), and under a sanitizer the signal arrives at the
+        // next interceptor: try a few times. A capture that never names the crunch fails.
+        for _ in 0..<20 where !symbols(frames).contains("monitorTestCrunch(until:)") {
             frames = try ThreadStack.capture(threadID: spinner.threadID)
         }
         #expect(symbols(frames).contains("monitorTestCrunch(until:)"), "\(frames.map(\.summary))")
@@ -132,13 +137,15 @@ extension RunLoopMonitorSuites {
     @Test func framePointerFastPathOnARegisteredThread() throws {
         try ThreadStack.install()
         let stop = Atomic<Bool>(false)
+        let spinning = Atomic<Bool>(false)
         let spinner = NamedThread(name: "fp-spinner") {
             ThreadStack.prepareCurrentThread()
             defer { ThreadStack.forgetCurrentThread() }
+            spinning.store(true, ordering: .releasing)
             while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
         }
         defer { stop.store(true, ordering: .relaxed); spinner.join() }
-        usleep(10_000)
+        while !spinning.load(ordering: .acquiring) { sched_yield() }
         var unwinders = Set<RawStack.Unwinder>()
         var named = 0
         var unnamed: [String] = []
@@ -148,9 +155,11 @@ extension RunLoopMonitorSuites {
             let names = symbols(ThreadStack.symbolicate(stack))
             if names.contains("monitorTestCrunch(until:)") { named += 1 } else { unnamed.append("\(stack.unwinder): \(names.prefix(6))") }
         }
-        // Every sample is inside the function, except under a sanitizer, whose runtime delivers
-        // signals only at its interceptors (often the clock read in the caller's loop).
-        #expect(sanitized ? named > 0 : named == 50, "\(unnamed)")
+        // Every sample is inside the function but the odd one, taken where a loaded machine
+        // preempted the spinner between two calls (seen: 1 of 50 with three busy loops on the
+        // 2 cores). Under a sanitizer, whose runtime delivers signals only at its interceptors
+        // (often the clock read in the caller's loop), some sample is.
+        #expect(sanitized ? named > 0 : named >= 45, "\(unnamed)")
         if ThreadStack.framePointersUsable { #expect(unwinders.contains(.framePointers)) }
     }
 }

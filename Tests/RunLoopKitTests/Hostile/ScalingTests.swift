@@ -80,8 +80,15 @@ import Testing
         #expect(added == 100_000 && elapsed < 2000, "added \(added) of 100,000 observers in \(elapsed) ms")
     }
 
-    /// Invalidating 10,000 descriptor sources of one loop, one at a time, takes under 0.5 s. In
-    /// `HostileProbe`: the scenario holds 10,000 descriptors.
+    /// Invalidating 10,000 descriptor sources of one loop, one at a time, takes under 0.5 s, or
+    /// under three times what adding them took in the same run. In `HostileProbe`: the scenario
+    /// holds 10,000 descriptors.
+    ///
+    /// On this machine, idle, both take 70–110 ms (a syscall or two per source). With three busy
+    /// loops on its 2 cores, the invalidation took 620 ms and the add 460 ms: the add, a
+    /// constant-time step per source, measures how slow the machine is at that moment. An
+    /// invalidation that walks the mode's sources is 5,000 steps per source on average, many times
+    /// the add, and fails either bound.
     @Test(.disabled(if: TestThreads.sanitized, "a time bound for builds without a sanitizer"))
     func invalidatingTenThousandDescriptorSourcesOneAtATimeTakesUnderHalfASecond() throws {
         let probe = try #require(runHostileProbe("invalidate-descriptor-sources", timeout: .seconds(120)))
@@ -92,6 +99,7 @@ import Testing
         let parts = line.split(separator: " ")
         let invalidated = parts.count > 1 ? Int(parts[1]) : nil
         let elapsed = parts.last.flatMap { Double($0) } ?? .infinity
-        #expect(invalidated == 10_000 && elapsed < 500, "\(line): \(probe.report)")
+        let added = probe.lines.first { $0.hasPrefix("added in ms: ") }.flatMap { Double($0.dropFirst(13)) } ?? 0
+        #expect(invalidated == 10_000 && (elapsed < 500 || elapsed < 3 * added), "\(line): \(probe.report)")
     }
 }
