@@ -17,6 +17,7 @@ import SystemPackage
 //             poll = handled || timeout == 0
 //             if !poll { doObservers(beforeWaiting) }
 //             wait(poll)                       // EpollBackend.wait: eventfd, timerfd, fd sources
+//                                              // (not with the mode emptied: see `emptied`)
 //             if !poll { doObservers(afterWaiting) }
 //             doTimers()                        // due timers, by fire date
 //             handled1 = doSources1()           // descriptors, ports, the main queue
@@ -977,6 +978,7 @@ extension RunLoop {
         // A run hears wakeUp() from its start (CoreFoundation's per-run data starts so).
         let outerAccepts = acceptsWakeUps.load(ordering: .relaxed)
         acceptsWakeUps.store(true, ordering: .relaxed)
+        wakeUpIgnored.store(false, ordering: .relaxed)
         confined.runDepth += 1
         if confined.runDepth == 1 { pickUpTraceBuffer() }
         var context = RunContext(
@@ -1060,6 +1062,10 @@ extension RunLoop {
     private func beginPass(_ context: inout RunContext) {
         acceptsWakeUps.store(true, ordering: .relaxed)
         dropIgnoredWakeUp()
+        // After the drop: its exchange synchronizes with the ignored waker's request, which
+        // follows its store of the flag.
+        context.ignoredWakeUp =
+            wakeUpIgnored.load(ordering: .relaxed) && wakeUpIgnored.exchange(false, ordering: .relaxed)
         confined.generation &+= 1
         // Not published yet: the pass's first phase publishes it with the new generation.
         confined.phase = .notRunning
@@ -1182,6 +1188,21 @@ extension RunLoop {
         }
         return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
             || stopRequest.load(ordering: .sequentiallyConsistent) == context.id
+            || context.ignoredWakeUp && emptied(context)
+    }
+
+    /// Whether the run's mode has become empty since the last pass ended: its items as the wait
+    /// about to begin has them (re-read by `prepareToWait`). Asked only in a pass that began
+    /// after a ``wakeUp()`` was ignored (from the end of a sleep to the next pass, as
+    /// CoreFoundation ignores it). That wakeUp may come from a thread that emptied the mode to end
+    /// the run: if it removed the last item after the previous pass's emptiness check, nothing
+    /// else would end this sleep. The run ends as `.finished` instead. Without an ignored
+    /// wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run whose only
+    /// work was a block).
+    @inline(__always)
+    private func emptied(_ context: RunContext) -> Bool {
+        context.items.sources.isEmpty && context.items.timerCount == 0 && context.items.sources1.isEmpty
+            && !inbox.hasReady && !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }
 
     /// Takes a pending wakeup: the wait it ends has consumed it (CoreFoundation's wait drains the
@@ -1240,6 +1261,9 @@ struct RunContext {
     var sources1Scanned = false
     /// Whether this run cleared a version-1 source's request for attention (see `endRun`).
     var tookAttention = false
+    /// Whether a ``RunLoop/wakeUp()`` was ignored before the current pass began (`beginPass`):
+    /// its wait then checks that the mode is not empty before it sleeps (`RunLoop.emptied`).
+    var ignoredWakeUp = false
     /// The enclosing run's phase and its start, published again when this run ends.
     let outerPhase: RunLoop.Phase
     let outerPhaseStartNs: Int64

@@ -105,6 +105,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// The pending wakeup includes one asked for with ``wakeUp()`` or ``stop()``, which a new pass
     /// keeps (see `beginPass`); relaxed, ordered by `wakeRequested`.
     let userWakeUpPending = Atomic<Bool>(false)
+    /// A ``wakeUp()`` came while the loop did not hear them (see `beginPass` and `emptied` in
+    /// RunLoop+Run.swift); relaxed, ordered by `wakeRequested`.
+    let wakeUpIgnored = Atomic<Bool>(false)
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
@@ -727,12 +730,18 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     ///
     /// As in CoreFoundation, a wakeup is ignored while the loop is not running and from the end of
     /// a sleep until the next pass begins (the pass handles what woke it, and the next pass looks
-    /// at every source anyway).
+    /// at every source anyway). Unlike CoreFoundation, the next pass does not sleep if the mode
+    /// is then empty: the run returns ``RunResult/finished``. So emptying a mode from another
+    /// thread and then calling `wakeUp()` always ends the run.
     public func wakeUp() {
         // The flag only sorts wakeups into kept and ignored (a new pass drops ignored ones, see
         // beginPass); the request itself is always made, so a stale read here can cost an extra
         // pass, never a lost wakeup.
-        if acceptsWakeUps.load(ordering: .relaxed) { userWakeUpPending.store(true, ordering: .relaxed) }
+        if acceptsWakeUps.load(ordering: .relaxed) {
+            userWakeUpPending.store(true, ordering: .relaxed)
+        } else {
+            wakeUpIgnored.store(true, ordering: .relaxed)
+        }
         requestWakeUp()
     }
 

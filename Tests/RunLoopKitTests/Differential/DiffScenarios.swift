@@ -306,6 +306,32 @@ enum DiffScenarios {
         helper.join(timeout: .seconds(5))
     }
 
+    // A wakeUp() from another thread lands in the window where it is ignored (an afterWaiting
+    // callout); in the next pass, before its sleep, another thread removes the mode's only
+    // source. The two halves of a thread that empties a mode and wakes the loop to end the run,
+    // when it loses the race with the loop's emptiness check.
+    static let ignoredWakeUpThenEmptied: DiffScenario = { loop, trace in
+        let source = loop.keepAlive()
+        let passes = DiffRef(0)
+        let observer = loop.makeObserver(DiffActivity.afterWaiting | DiffActivity.beforeTimers, repeats: true, order: 0) {
+            _, activity in
+            if activity == DiffActivity.afterWaiting && passes.value == 1 {
+                trace("afterWaiting: another thread calls wakeUp()")
+                TestThread(name: "diff-waker") { loop.wakeUp() }.join(timeout: .seconds(5))
+            } else if activity == DiffActivity.beforeTimers {
+                passes.value += 1
+                if passes.value == 2 {
+                    trace("beforeTimers: another thread removes the only source")
+                    TestThread(name: "diff-remover") { loop.remove(source, DiffMode.default) }.join(timeout: .seconds(5))
+                }
+            }
+        }
+        loop.add(observer, DiffMode.default)
+        let helper = loop.whenAsleep(trace: trace) { loop.wakeUp() }
+        trace("run: " + loop.run(DiffMode.default, 0.3))
+        helper.join(timeout: .seconds(5))
+    }
+
     // stop() ends only the innermost run.
     static let stopInnermostOnly: DiffScenario = { loop, trace in
         let b = loop.makeSource(order: 0) {
@@ -417,16 +443,18 @@ enum DiffScenarios {
 
     // A repeating timer keeps its phase and skips missed fire points.
     static let repeatingTimerSkipsMissed: DiffScenario = { loop, trace in
-        // interval 40 ms, first fire at 40 ms; the first call blocks 100 ms (2.5 intervals), so
-        // fire points 80 and 120 ms are missed and the next fire is at point 3 (160 ms). Fire point
-        // index = floor((now - first) / interval): robust to up to 40 ms of lateness.
-        let first = 0.04, interval = 0.04
+        // interval 100 ms, first fire at 100 ms; the first call blocks until 350 ms (point 2.5),
+        // so fire points 200 and 300 ms are missed and the next fire is at point 3 (400 ms). The
+        // call blocks until an instant, not for a duration, so a late first fire changes nothing;
+        // the block's end may overshoot by up to 50 ms before point 4 becomes the next. Fire point
+        // index = floor((now - first) / interval): robust to up to 100 ms of lateness.
+        let first = 0.1, interval = 0.1
         let calls = DiffRef(0)
         let timer = loop.makeTimer(fireAt: first, interval: interval) { timer in
             let point = Int(((loop.now() - first) / interval).rounded(.down))
             calls.value += 1
             trace("fire #\(calls.value) at point \(point)")
-            if calls.value == 1 { usleep(100_000) }
+            if calls.value == 1 { while loop.now() < first + 2.5 * interval { usleep(1_000) } }
             if calls.value == 2 { timer.invalidate() }
         }
         loop.add(timer, DiffMode.default)
