@@ -129,6 +129,7 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
+                "RunLoopTesting",
                 "CRunLoopMonitor",
                 "CAllocationCounter",
                 "SharedTestSupport",

@@ -125,11 +125,16 @@ extension RunLoopMonitorSuites {
         ThreadStack.prepareCurrentThread()
         let stack = try ThreadStack.captureAddresses(threadID: currentThreadID())
         let first = ThreadStack.symbolicate(stack)
-        let start = ContinuousClock.now
-        let again = ThreadStack.symbolicate(stack)
-        #expect(first == again)
-        // A cached stack is a dictionary lookup per address; a cold one reads symbol tables.
-        #expect(ContinuousClock.now - start < .milliseconds(50))
+        // A cached stack is a dictionary lookup per address; a cold one reads symbol tables. The
+        // fastest of five lookups is timed, so one preemption on a loaded machine does not count.
+        var fastest = Duration.seconds(1)
+        for _ in 0..<5 {
+            let start = ContinuousClock.now
+            let again = ThreadStack.symbolicate(stack)
+            fastest = min(fastest, ContinuousClock.now - start)
+            #expect(first == again)
+        }
+        #expect(fastest < .milliseconds(50))
     }
 
     /// A thread registered with its stack bounds, in a build that keeps frame pointers (debug),

@@ -1,6 +1,7 @@
 import Foundation
 import RunLoopKit
 import RunLoopMonitor
+import RunLoopTesting
 import Synchronization
 import SharedTestSupport
 import Testing
@@ -10,15 +11,20 @@ import class RunLoopKit.RunLoop
 /// The trace recorder: what a recorded run holds, its JSON export, and bad input.
 @Suite("TraceRecorder")
 struct TraceRecorderTests {
-    /// The observer-log experiment (tour 1): an all-activities observer and a 100 ms repeating
-    /// timer, run for 350 ms. Returns the trace and the activities the observer saw, in order.
-    static func recordObserverLog(interval: Duration = .milliseconds(20), runFor: Duration = .milliseconds(70))
-        -> (Trace, [RunLoop.Activity], RunLoop.RunResult)
-    {
+    /// The observer-log experiment (tour 1, there a 100 ms timer and a 350 ms run): an
+    /// all-activities observer and a 20 ms repeating timer, run for 70 ms. Returns the trace and
+    /// the activities the observer saw, in order.
+    ///
+    /// On virtual time (`RunLoopTesting`) the run is exact whatever the machine's load: the
+    /// timer fires at 20, 40 and 60 ms and the deadline ends the run at 70. On the real clock a
+    /// loaded machine may wake the loop late, past a tick or the deadline.
+    static func recordObserverLog(
+        interval: Duration = .milliseconds(20), runFor: Duration = .milliseconds(70), onVirtualTime: Bool = false
+    ) -> (Trace, [RunLoop.Activity], RunLoop.RunResult) {
         let recorder = try! TraceRecorder(capacityPerLoop: 4096)
         let log = EventLog<RunLoop.Activity>()
         let result = Mutex<RunLoop.RunResult?>(nil)
-        let thread = NamedThread(name: "observer-log") {
+        let run: @Sendable () -> Void = {
             let loop = RunLoop.current
             recorder.record(loop)
             let observer = RunLoopObserver(activities: .allActivities) { _, activity in log.append(activity) }
@@ -32,13 +38,20 @@ struct TraceRecorderTests {
             timer.invalidate()
             observer.invalidate()
         }
+        let thread = NamedThread(name: "observer-log") {
+            if onVirtualTime {
+                withVirtualTime { _ in run() }
+            } else {
+                run()
+            }
+        }
         thread.join()
         return (recorder.snapshot(), log.all, result.withLock { $0! })
     }
 
     @Test("a recorded observer-log run has the passes, sleeps and wake reasons of the text trace")
     func observerLogMatchesTheTextTrace() throws {
-        let (trace, activities, result) = Self.recordObserverLog()
+        let (trace, activities, result) = Self.recordObserverLog(onVirtualTime: true)
         #expect(result == .timedOut)
         let lane = try #require(trace.lanes.first)
         #expect(lane.threadName == "observer-log")
@@ -59,9 +72,9 @@ struct TraceRecorderTests {
         let timerFires = spans.filter { $0.kind == .callout && $0.name == "repeating timer" }.count
         #expect(sleeps.map(\.detail) == Array(repeating: "timer", count: timerFires) + ["timeout"])
         #expect(timerFires == 3)
-        // The sleeps take the time: 70 ms of a 70 ms run, bar the passes' own work.
+        // The sleeps take the time: on virtual time, all 70 ms of the run (a pass takes none).
         let slept = sleeps.reduce(Duration.zero) { $0 + $1.duration }
-        #expect(slept > .milliseconds(60))
+        #expect(slept == .milliseconds(70))
     }
 
     @Test("the JSON export parses and every complete event nests within its thread")
@@ -262,24 +275,35 @@ struct IterationMetricsTests {
     @Test("passes, sleeps, phases and wakeups by reason reach the recorders, per loop and mode")
     func recordsPasses() throws {
         _ = testMetrics
+        // Real time (the phase timers record only phases that took time). The sixth fire stops a
+        // long run, so however late a loaded machine wakes the loop, each wake is the timer's,
+        // and a short run with nothing due then ends by its deadline.
         let thread = NamedThread(name: "metered-loop") {
             let loop = RunLoop.current
             let metrics = IterationMetrics(loop: loop, name: "metered")
-            let timer = RunLoopTimer(after: .milliseconds(5), repeating: .milliseconds(5)) { _ in }
+            let fires = EventLog<Int>()
+            let timer = RunLoopTimer(after: .milliseconds(5), repeating: .milliseconds(5)) { _ in
+                fires.append(1)
+                if fires.all.count == 6 { RunLoop.current.stop() }
+            }
             loop.add(timer, forMode: .default)
-            loop.run(mode: .default, for: .milliseconds(32))
+            loop.run(mode: .default, for: .seconds(10))
             timer.invalidate()
+            let keepAlive = RunLoopSource {}
+            loop.add(keepAlive, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(2))
+            keepAlive.invalidate()
             metrics.stop()
         }
         thread.join()
         let base = [("loop", "metered"), ("mode", RunLoop.Mode.default.rawValue)]
         let iterations = try testMetrics.expectTimer(IterationMetrics.iterationLabel, base)
-        // 6 timer passes and the deadline's (a loaded machine may merge some: at least 3).
-        #expect(iterations.values.count >= 3)
+        // 6 timer passes and the deadline's.
+        #expect(iterations.values.count == 7)
         let sleeps = try testMetrics.expectTimer(IterationMetrics.sleepLabel, base)
         #expect(sleeps.values.count == iterations.values.count)
         let timerWakes = try testMetrics.expectCounter(IterationMetrics.wakeupsLabel, base + [("reason", "timer")])
-        #expect(timerWakes.totalValue >= 3)
+        #expect(timerWakes.totalValue == 6)
         let timeouts = try testMetrics.expectCounter(IterationMetrics.wakeupsLabel, base + [("reason", "timeout")])
         #expect(timeouts.totalValue == 1)
         let timerPhase = try testMetrics.expectTimer(IterationMetrics.phaseLabel, base + [("phase", "timers")])

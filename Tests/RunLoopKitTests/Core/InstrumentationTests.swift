@@ -54,11 +54,15 @@ import Testing
                 let loop = RunLoop.current
                 let collected = Mutex<[RunLoop.IterationReport]>([])
                 let token = loop.addIterationReporter { report in collected.withLock { $0.append(report) } }
-                let timer = RunLoopTimer(after: .milliseconds(30)) { _ in }
+                // The timer ends a long run, so however late a loaded machine wakes the loop, the
+                // wake comes before the run's deadline: it is the timer's. The run's deadline
+                // then ends a short run with nothing due.
+                let timer = RunLoopTimer(after: .milliseconds(30)) { _ in RunLoop.current.stop() }
                 loop.add(timer, forMode: .default)
                 let keepAlive = RunLoopTimer(after: .seconds(3600)) { _ in }
                 loop.add(keepAlive, forMode: .default)
-                loop.run(mode: .default, for: .milliseconds(60), returnAfterSourceHandled: false)
+                loop.run(mode: .default, for: .seconds(5), returnAfterSourceHandled: false)
+                loop.run(mode: .default, for: .milliseconds(5), returnAfterSourceHandled: false)
                 // Another thread's block wakes the next run.
                 let other = TestThread(name: "seam-waker") { loop.perform { RunLoop.current.stop() } }
                 loop.run(mode: .default, for: .seconds(5))
