@@ -124,23 +124,27 @@ extension RunLoopMonitorSuites {
     @Test(.enabled(if: ThreadStack.boundedUnwindAvailableForUnpreparedThreads))
     func anUnpreparedThreadIsWalkedThroughTheKernel() throws {
         let stop = Atomic<Bool>(false)
-        let spinning = Atomic<Bool>(false)
+        let calls = Atomic<Int>(0)
         let spinner = NamedThread(name: "unregistered") {
             ThreadStack.forgetCurrentThread()  // signal still unblocked; bounds forgotten
-            spinning.store(true, ordering: .releasing)
-            while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
+            while !stop.load(ordering: .relaxed) {
+                _ = monitorTestCrunch(until: .now + .milliseconds(1))
+                calls.add(1, ordering: .releasing)
+            }
         }
         defer { stop.store(true, ordering: .relaxed); spinner.join() }
-        while !spinning.load(ordering: .acquiring) { sched_yield() }
         var named = 0
         var unnamed: [[String]] = []
         for _ in 0..<50 {
+            // Each sample after the spinner has run on: a spinner descheduled on a loaded machine
+            // would otherwise give the same instruction to many samples in a row.
+            awaitProgress(calls)
             let stack = try ThreadStack.captureAddresses(threadID: spinner.threadID)
             #expect(stack.unwinder == .unwindTables)
             let names = symbols(ThreadStack.symbolicate(stack))
             if names.contains("monitorTestCrunch(until:)") { named += 1 } else { unnamed.append(Array(names.prefix(6))) }
         }
-        // The odd sample lands between two calls, where a loaded machine preempted the spinner.
+        // The odd sample lands between two calls, or where the walk stops short.
         // Under a sanitizer the signal arrives at its interceptors, often outside the function.
         #expect(sanitized ? named > 0 : named >= 45, "\(unnamed)")
     }

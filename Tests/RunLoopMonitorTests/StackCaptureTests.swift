@@ -142,27 +142,28 @@ extension RunLoopMonitorSuites {
     @Test func framePointerFastPathOnARegisteredThread() throws {
         try ThreadStack.install()
         let stop = Atomic<Bool>(false)
-        let spinning = Atomic<Bool>(false)
+        let calls = Atomic<Int>(0)
         let spinner = NamedThread(name: "fp-spinner") {
             ThreadStack.prepareCurrentThread()
             defer { ThreadStack.forgetCurrentThread() }
-            spinning.store(true, ordering: .releasing)
-            while !stop.load(ordering: .relaxed) { _ = monitorTestCrunch(until: .now + .milliseconds(5)) }
+            while !stop.load(ordering: .relaxed) {
+                _ = monitorTestCrunch(until: .now + .milliseconds(1))
+                calls.add(1, ordering: .releasing)
+            }
         }
         defer { stop.store(true, ordering: .relaxed); spinner.join() }
-        while !spinning.load(ordering: .acquiring) { sched_yield() }
         var unwinders = Set<RawStack.Unwinder>()
         var named = 0
         var unnamed: [String] = []
         for _ in 0..<50 {
+            // Each sample after the spinner has run on (see awaitProgress).
+            awaitProgress(calls)
             let stack = try ThreadStack.captureAddresses(threadID: spinner.threadID)
             unwinders.insert(stack.unwinder)
             let names = symbols(ThreadStack.symbolicate(stack))
             if names.contains("monitorTestCrunch(until:)") { named += 1 } else { unnamed.append("\(stack.unwinder): \(names.prefix(6))") }
         }
-        // Every sample is inside the function but the odd one, taken where a loaded machine
-        // preempted the spinner between two calls (seen: 1 of 50 with three busy loops on the
-        // 2 cores). Under a sanitizer, whose runtime delivers signals only at its interceptors
+        // Every sample is inside the function but the odd one, taken between two calls. Under a sanitizer, whose runtime delivers signals only at its interceptors
         // (often the clock read in the caller's loop), some sample is.
         #expect(sanitized ? named > 0 : named >= 45, "\(unnamed)")
         if ThreadStack.framePointersUsable { #expect(unwinders.contains(.framePointers)) }

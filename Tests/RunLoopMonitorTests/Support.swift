@@ -107,3 +107,13 @@ let sanitized: Bool = dlsym(nil, "__tsan_init") != nil || dlsym(nil, "__asan_ini
 
 /// Whether the tests run under AddressSanitizer.
 let underASan: Bool = dlsym(nil, "__asan_init") != nil
+
+/// Returns once `calls` has moved on from its value now (at most 5 s): the thread that counts
+/// has run since. Samples of a spinning thread taken this way land at independent instructions;
+/// taken back to back while a loaded machine has the spinner descheduled, they all see the one
+/// instruction it was stopped at (seen: 10 identical samples of 50).
+func awaitProgress(_ calls: borrowing Atomic<Int>) {
+    let seen = calls.load(ordering: .acquiring)
+    let giveUp = ContinuousClock.now + .seconds(5)
+    while calls.load(ordering: .acquiring) == seen && ContinuousClock.now < giveUp { usleep(200) }
+}
