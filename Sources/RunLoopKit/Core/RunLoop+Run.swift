@@ -17,7 +17,7 @@ import SystemPackage
 //             poll = handled || timeout == 0
 //             if !poll { doObservers(beforeWaiting) }
 //             wait(poll)                       // EpollBackend.wait: eventfd, timerfd, fd sources
-//                                              // (not with the mode emptied: see `emptied`)
+//                                              // (not with the mode emptied: see `handedOverWorkPending`)
 //             if !poll { doObservers(afterWaiting) }
 //             doTimers()                        // due timers, by fire date
 //             handled1 = doSources1()           // descriptors, ports, the main queue
@@ -1045,6 +1045,12 @@ extension RunLoop {
     /// unless it has neither sources nor timers and blocks are queued.
     private func isModeEmpty(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
+        return hasNoWork(context)
+    }
+
+    /// Whether the run's items as last read, and the blocks for its mode, leave it nothing to do.
+    @inline(__always)
+    private func hasNoWork(_ context: RunContext) -> Bool {
         if !context.items.sources.isEmpty || context.items.timerCount > 0 || !context.items.sources1.isEmpty {
             return false
         }
@@ -1188,22 +1194,16 @@ extension RunLoop {
         }
         return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
             || stopRequest.load(ordering: .sequentiallyConsistent) == context.id
-            || context.ignoredWakeUp && emptied(context)
+            || context.ignoredWakeUp && hasNoWork(context)
     }
 
-    /// Whether the run's mode has become empty since the last pass ended: its items as the wait
-    /// about to begin has them (re-read by `prepareToWait`). Asked only in a pass that began
-    /// after a ``wakeUp()`` was ignored (from the end of a sleep to the next pass, as
-    /// CoreFoundation ignores it). That wakeUp may come from a thread that emptied the mode to end
-    /// the run: if it removed the last item after the previous pass's emptiness check, nothing
-    /// else would end this sleep. The run ends as `.finished` instead. Without an ignored
-    /// wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run whose only
-    /// work was a block).
-    @inline(__always)
-    private func emptied(_ context: RunContext) -> Bool {
-        context.items.sources.isEmpty && context.items.timerCount == 0 && context.items.sources1.isEmpty
-            && !inbox.hasReady && !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
-    }
+    // The last check above: a pass that began after a wakeUp() was ignored (from the end of a
+    // sleep to the next pass, as CoreFoundation ignores it) does not sleep with its mode empty
+    // (items as `prepareToWait` re-read them). That wakeUp may come from a thread that emptied the
+    // mode to end the run: if it removed the last item after the previous pass's emptiness check,
+    // nothing else would end this sleep, and the run ends as `.finished` instead. Without an
+    // ignored wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run
+    // whose only work was a block).
 
     /// Takes a pending wakeup: the wait it ends has consumed it (CoreFoundation's wait drains the
     /// wakeup port whether it sleeps or polls).
@@ -1262,7 +1262,7 @@ struct RunContext {
     /// Whether this run cleared a version-1 source's request for attention (see `endRun`).
     var tookAttention = false
     /// Whether a ``RunLoop/wakeUp()`` was ignored before the current pass began (`beginPass`):
-    /// its wait then checks that the mode is not empty before it sleeps (`RunLoop.emptied`).
+    /// its wait then checks that the mode is not empty before it sleeps (`handedOverWorkPending`).
     var ignoredWakeUp = false
     /// The enclosing run's phase and its start, published again when this run ends.
     let outerPhase: RunLoop.Phase

@@ -105,8 +105,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// The pending wakeup includes one asked for with ``wakeUp()`` or ``stop()``, which a new pass
     /// keeps (see `beginPass`); relaxed, ordered by `wakeRequested`.
     let userWakeUpPending = Atomic<Bool>(false)
-    /// A ``wakeUp()`` came while the loop did not hear them (see `beginPass` and `emptied` in
-    /// RunLoop+Run.swift); relaxed, ordered by `wakeRequested`.
+    /// A ``wakeUp()`` came while the loop did not hear them (see `beginPass` and `handedOverWorkPending`
+    /// in RunLoop+Run.swift); relaxed, ordered by `wakeRequested`.
     let wakeUpIgnored = Atomic<Bool>(false)
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
