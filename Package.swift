@@ -131,6 +131,8 @@ let package = Package(
                 "RunLoopMonitor",
                 "RunLoopTesting",
                 "CRunLoopMonitor",
+                // epoll, for a test thread parked in epoll_wait.
+                "CRunLoopKit",
                 "CAllocationCounter",
                 "SharedTestSupport",
                 .product(name: "Logging", package: "swift-log"),

@@ -25,6 +25,8 @@
 #include "CRunLoopMonitor.h"
 #include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <link.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -70,6 +72,8 @@ static int64_t g_last_latency_ns;
 
 static _Atomic bool g_fp_usable;
 static bool g_cfi_usable, g_safe_reads;  // set at install, before the handler
+static bool g_parked_usable;             // walks of threads parked in the kernel (set at install)
+static _Atomic uint32_t g_fork_generation;
 static uintptr_t g_exe_text_lo, g_exe_text_hi;
 
 static struct { _Atomic pid_t tid; _Atomic uintptr_t lo, hi; } g_threads[MAX_THREADS];
@@ -246,6 +250,22 @@ static int find_executable_text(struct dl_phdr_info *info, size_t size, void *da
     return 1;
 }
 
+/// In a child made by fork(): only the forking thread exists, so no capture is in progress
+/// whatever the parent was doing; the locks the parent's threads held are made anew.
+static void after_fork_in_child(void) {
+    atomic_store(&g_armed, 0);
+    atomic_store(&g_calibrating, false);
+    for (int i = 0; i < MAX_THREADS; i++) atomic_store(&g_threads[i].tid, 0);
+    atomic_fetch_add(&g_fork_generation, 1);
+}
+
+uint32_t crlm_fork_generation(void) { return atomic_load(&g_fork_generation); }
+
+void crlm_register_atfork(void) {
+    static _Atomic bool registered;
+    if (!atomic_exchange(&registered, true)) pthread_atfork(NULL, NULL, after_fork_in_child);
+}
+
 int crlm_install(int signal_number) {
     if (g_signal != 0) return g_signal == signal_number ? 0 : EBUSY;
     struct sigaction old;
@@ -261,6 +281,8 @@ int crlm_install(int signal_number) {
     g_cfi_usable = crlm_unwind_cfi_supported();
 #endif
     g_safe_reads = g_cfi_usable && crlm_safe_reads_available();
+    g_parked_usable = crlm_unwind_cfi_supported() && crlm_safe_reads_available();
+    crlm_register_atfork();
     dl_iterate_phdr(find_executable_text, NULL);
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -273,6 +295,8 @@ int crlm_install(int signal_number) {
 }
 
 int crlm_signal_number(void) { return g_signal; }
+
+bool crlm_parked_walk_available(void) { return g_parked_usable; }
 
 void crlm_set_frame_pointers_usable(bool usable) {
 #if defined(CRLM_DEFERRED_SIGNALS)
@@ -329,12 +353,151 @@ void crlm_forget_thread(pid_t self) {
     }
 }
 
+/// Whether the capture signal still runs our handler: something may have reset it to SIG_DFL
+/// (where a send would kill the process) or installed its own handler since.
+static bool handler_in_place(void) {
+    struct sigaction current;
+    if (sigaction(g_signal, NULL, &current) != 0) return false;
+    return (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == handler;
+}
+
+/// Reads a small procfs file of thread `tid` into `buffer` (NUL-terminated); the length, or -1
+/// (errno ENOENT when the thread is gone).
+static ssize_t read_task_file(pid_t tid, const char *name, char *buffer, size_t size) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t length = 0;
+    while (length + 1 < size) {
+        ssize_t got = read(fd, buffer + length, size - 1 - length);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        length += (size_t)got;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    buffer[length] = 0;
+    return (ssize_t)length;
+}
+
+/// The thread's `SigBlk` and `SigPnd` (signals it blocks, signals pending for it alone).
+static bool signal_sets(pid_t tid, uint64_t *blocked, uint64_t *pending) {
+    char status[4096];
+    if (read_task_file(tid, "status", status, sizeof status) < 0) return false;
+    const char *b = strstr(status, "\nSigBlk:"), *p = strstr(status, "\nSigPnd:");
+    if (b == NULL || p == NULL) return false;
+    *blocked = strtoull(b + 8, NULL, 16);
+    *pending = strtoull(p + 8, NULL, 16);
+    return true;
+}
+
+int crlm_thread_signal_state(pid_t tid, int signal_number, bool *blocked, bool *pending) {
+    uint64_t blocked_set = 0, pending_set = 0;
+    if (!signal_sets(tid, &blocked_set, &pending_set)) return errno != 0 ? errno : EIO;
+    uint64_t bit = (uint64_t)1 << (signal_number - 1);
+    *blocked = (blocked_set & bit) != 0;
+    *pending = (pending_set & bit) != 0;
+    return 0;
+}
+
+/// What `/proc/self/task/TID/syscall` says: the thread runs (`running`), or it is parked in the
+/// kernel (in system call `number`, or -1 when blocked outside one) with user `sp` and `pc`. The
+/// raw text too, to compare two readings. Returns false when the thread is gone.
+typedef struct { bool running; long number; uint64_t sp, pc; char text[256]; } parked_state;
+
+static bool read_parked_state(pid_t tid, parked_state *state) {
+    if (read_task_file(tid, "syscall", state->text, sizeof state->text) < 0) return false;
+    state->running = strncmp(state->text, "running", 7) == 0;
+    state->number = 0;
+    state->sp = state->pc = 0;
+    if (state->running) return true;
+    // "NR a1 a2 a3 a4 a5 a6 sp pc", or "-1 sp pc"
+    uint64_t fields[9];
+    int count = 0;
+    char *cursor = state->text;
+    state->number = strtol(cursor, &cursor, 10);
+    while (count < 8) {
+        char *end;
+        uint64_t value = strtoull(cursor, &end, 0);
+        if (end == cursor) break;
+        fields[count++] = value;
+        cursor = end;
+    }
+    if (count < 2) { state->running = true; return true; }  // unreadable: treat as running
+    state->sp = fields[count - 2];
+    state->pc = fields[count - 1];
+    return true;
+}
+
+/// A copy of a parked thread's stack from its sp up, page by page so that the read ends at the
+/// first unmapped page (the kernel copies whole iovec elements only).
+enum { PARKED_COPY_BYTES = 512 * 1024, PAGE = 4096, PARKED_PAGES = PARKED_COPY_BYTES / PAGE + 1 };
+static uint8_t g_parked_copy[PARKED_COPY_BYTES + PAGE];
+static struct iovec g_parked_remote[PARKED_PAGES];
+
+static size_t copy_parked_stack(uint64_t sp) {
+    uintptr_t address = (uintptr_t)sp, end = address + PARKED_COPY_BYTES;
+    int pages = 0;
+    while (address < end && pages < PARKED_PAGES) {
+        uintptr_t next = (address & ~(uintptr_t)(PAGE - 1)) + PAGE;
+        if (next > end) next = end;
+        g_parked_remote[pages].iov_base = (void *)address;
+        g_parked_remote[pages].iov_len = next - address;
+        pages++;
+        address = next;
+    }
+    struct iovec local = {g_parked_copy, end - (uintptr_t)sp};
+    long copied = 0;
+    // At most IOV_MAX (1024) elements a call: 129 here.
+    copied = syscall(SYS_process_vm_readv, (long)getpid(), &local, 1UL, g_parked_remote, (unsigned long)pages, 0UL);
+    return copied > 0 ? (size_t)copied : 0;
+}
+
+int crlm_capture_parked(pid_t tid, uint64_t *frames, int capacity, int *count, long *syscall_number) {
+    *count = 0;
+    if (!g_parked_usable) return CRLM_PARKED_UNAVAILABLE;
+    if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
+    parked_state before, after;
+    if (!read_parked_state(tid, &before)) return CRLM_PARKED_NO_THREAD;
+    if (before.running) return CRLM_PARKED_RUNNING;
+    int64_t cpu_before = crlm_thread_cpu_ns(tid);
+    size_t copied = copy_parked_stack(before.sp);
+    if (copied < 8) return CRLM_PARKED_RUNNING;  // nothing readable at sp: let the signal tell
+    int n = crlm_unwind_parked(before.sp, before.pc, g_parked_copy, (uintptr_t)before.sp, copied, frames, capacity);
+    // The thread may have left the kernel while its stack was copied: keep the walk only when it
+    // used no CPU meanwhile and is parked at the same place (a thread that ran has CPU time).
+    if (!read_parked_state(tid, &after)) return CRLM_PARKED_NO_THREAD;
+    if (after.running || strcmp(before.text, after.text) != 0 || crlm_thread_cpu_ns(tid) != cpu_before) {
+        return CRLM_PARKED_MOVED;
+    }
+    *count = n;
+    *syscall_number = before.number;
+    return CRLM_PARKED_CAPTURED;
+}
+
 int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *frames, int capacity,
                  int *count, int *method, int *error) {
     *count = 0;
     *error = 0;
     if (g_signal == 0) return CRLM_NOT_INSTALLED;
     if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
+    pid_t self = gettid();
+    if (tid != self) {
+        // A thread parked in the kernel is read where it is, never signalled: a signal would end
+        // its sleep, poll or wait early (EINTR).
+        for (int attempt = 0; attempt < 3; attempt++) {
+            long number = 0;
+            int parked = crlm_capture_parked(tid, frames, capacity, count, &number);
+            if (parked == CRLM_PARKED_CAPTURED) {
+                *method = CRLM_UNWIND_PARKED;
+                return CRLM_CAPTURED;
+            }
+            if (parked == CRLM_PARKED_NO_THREAD) { *error = ESRCH; return CRLM_NO_SUCH_THREAD; }
+            if (parked != CRLM_PARKED_MOVED) break;
+        }
+    }
     uint64_t seq = ++g_seq;
     atomic_store_explicit(&g_target, tid, memory_order_relaxed);
     atomic_store_explicit(&g_capacity, capacity, memory_order_relaxed);
@@ -355,6 +518,44 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
             continue;
         }
         if (now >= next_send) {
+            next_send = now + resend_ns;
+            if (!handler_in_place()) {
+                uint64_t expected = seq;
+                if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) return CRLM_HANDLER_REPLACED;
+                continue;
+            }
+            if (tid != self) {
+                // At most one of our signals pending per thread, and none sent to a thread that
+                // blocks it (it would stay queued, and a stalled loop would pile them up against
+                // the user's RLIMIT_SIGPENDING): wait for the pending one, or for an unblock.
+                bool blocked = false, pending = false;
+                int state = crlm_thread_signal_state(tid, g_signal, &blocked, &pending);
+                if (state == ENOENT) {
+                    uint64_t expected = seq;
+                    if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) {
+                        *error = ESRCH;
+                        return CRLM_NO_SUCH_THREAD;
+                    }
+                    continue;
+                }
+                if (state == 0 && (blocked || pending)) {
+                    if (!sent && !pending) next_send = now + (resend_ns < 1000000 ? resend_ns : 1000000);
+                    goto wait;
+                }
+                // Parked since the first look: read it there instead of interrupting it.
+                parked_state parked;
+                if (!sent && g_parked_usable && read_parked_state(tid, &parked) && !parked.running) {
+                    uint64_t expected = seq;
+                    if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) {
+                        long number = 0;
+                        if (crlm_capture_parked(tid, frames, capacity, count, &number) == CRLM_PARKED_CAPTURED) {
+                            *method = CRLM_UNWIND_PARKED;
+                            return CRLM_CAPTURED;
+                        }
+                        atomic_store_explicit(&g_armed, seq, memory_order_release);
+                    }
+                }
+            }
             if (!sent) atomic_store_explicit(&g_sent_ns, now, memory_order_relaxed);
             sent = true;
             if (syscall(SYS_tgkill, pid, tid, g_signal) != 0) {
@@ -366,8 +567,8 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
                 }
                 continue;  // claimed meanwhile by an earlier signal's handler: wait for it
             }
-            next_send = now + resend_ns;
         }
+    wait:;
         int64_t wait = next_send - now;
         if (start + timeout_ns - now < wait) wait = start + timeout_ns - now;
         futex_wait(&g_done, done, wait);

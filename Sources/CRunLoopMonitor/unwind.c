@@ -168,7 +168,7 @@ static bool parse_cie(const uint8_t *record, cie_info *cie) {
 
 /// The FDE of `pc` through the object's .eh_frame_hdr binary-search table, with its CIE, its
 /// first address and its instructions.
-static bool find_fde(uintptr_t pc, cie_info *cie, uintptr_t *start, cursor *instructions) {
+static bool find_fde(uintptr_t pc, cie_info *cie, uintptr_t *start, uintptr_t *end, cursor *instructions) {
     struct dl_find_object object;
     if (_dl_find_object((void *)pc, &object) != 0 || object.dlfo_eh_frame == NULL) return false;
     const uint8_t *header = (const uint8_t *)object.dlfo_eh_frame;
@@ -202,6 +202,7 @@ static bool find_fde(uintptr_t pc, cie_info *cie, uintptr_t *start, cursor *inst
     }
     if (f.bad || pc < begin || pc - begin >= range) return false;
     *start = begin;
+    *end = begin + range;
     *instructions = f;
     return true;
 }
@@ -370,27 +371,100 @@ static bool cfa_from_expression(const row *state, const uint64_t *values, uint32
     return true;
 }
 
-/// The stack word at `address` when it lies within [lo, hi). With no known top (hi is
-/// UINTPTR_MAX: a thread that registered no bounds) the kernel reads it, and an unmapped address
-/// is an error instead of a fault.
-static bool stack_word(uintptr_t address, uintptr_t lo, uintptr_t hi, uint64_t *out) {
-    if (address < lo || address > hi - sizeof(uint64_t) || (address & (sizeof(uint64_t) - 1)) != 0) return false;
-    if (hi != UINTPTR_MAX) {
+/// Where the walk reads the stack: the thread's own memory within [lo, hi); with no known top (hi
+/// is UINTPTR_MAX: a thread that registered no bounds) through the kernel, so that an unmapped
+/// address is an error instead of a fault; or a copy of [lo, hi) taken earlier (`copy`), for a
+/// thread parked in the kernel that is walked from another thread.
+typedef struct { uintptr_t lo, hi; const uint8_t *copy; } stack_view;
+
+static bool read_word(const stack_view *view, uintptr_t address, uint64_t *out) {
+    if (address < view->lo || address > view->hi - sizeof(uint64_t) || (address & (sizeof(uint64_t) - 1)) != 0) return false;
+    if (view->copy != NULL) {
+        memcpy(out, view->copy + (address - view->lo), sizeof *out);
+        return true;
+    }
+    if (view->hi != UINTPTR_MAX) {
         *out = *(const uint64_t *)address;
         return true;
     }
     struct iovec local = {out, sizeof *out}, remote = {(void *)address, sizeof *out};
-    return syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 0) == (long)sizeof *out;
+    // flags is a full-width zero: syscall() is variadic, and an int would leave the register's
+    // upper half (or the stack slot) undefined, which the kernel rejects with EINVAL.
+    return syscall(SYS_process_vm_readv, (long)getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof *out;
 }
 
-int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stack_top, uint64_t *out,
-                    int capacity) {
+static bool stack_word(uintptr_t address, uintptr_t lo, uintptr_t hi, uint64_t *out) {
+    stack_view view = {lo, hi, NULL};
+    return read_word(&view, address, out);
+}
+
+/// Whether the bytes before `ra` hold a call instruction that ends at `ra` (x86-64 encodings: a
+/// direct `call rel32`, or `call r/m64` in any addressing form, with an optional REX prefix), all
+/// within the function [function_start, ra) so that every byte read is mapped code. A direct call
+/// must target `callee_start` when it is given (non-zero).
+static bool preceded_by_call(uintptr_t ra, uintptr_t function_start, uintptr_t callee_start) {
+    if (ra >= function_start + 5 && *(const uint8_t *)(ra - 5) == 0xe8) {
+        int32_t relative;
+        memcpy(&relative, (const void *)(ra - 4), 4);
+        if (callee_start == 0 || ra + (intptr_t)relative == callee_start) return true;
+    }
+    for (uintptr_t length = 2; length <= 7; length++) {
+        if (ra < function_start + length) break;
+        const uint8_t *op = (const uint8_t *)(ra - length);
+        if (op[0] != 0xff) continue;
+        uint8_t modrm = op[1], mod = modrm >> 6, rm = modrm & 7;
+        if (((modrm >> 3) & 7) != 2) continue;  // /2: call
+        uintptr_t expected;
+        if (mod == 3) expected = 2;
+        else if (mod == 0) expected = rm == 4 ? 3 : rm == 5 ? 6 : 2;
+        else if (mod == 1) expected = rm == 4 ? 4 : 3;
+        else expected = rm == 4 ? 7 : 6;
+        if (mod == 0 && rm == 4 && length >= 3 && (op[2] & 7) == 5) expected += 4;  // SIB, no base: disp32
+        if (expected == length) return true;
+    }
+    return false;
+}
+
+/// How far above a frame's stack pointer ``recover_frame_base`` looks for the frame's return
+/// address: a frame's locals rarely pass this.
+enum { SCAN_LIMIT = 64 * 1024 };
+
+/// Finds the frame base (the rbp value) of a frame-pointer frame when rbp is unknown, as crash
+/// reporters' stack scanning does: the lowest slot X at or above `sp` whose next word is a return
+/// address preceded by a call (into this function, for a direct call) in another function that
+/// has unwind tables, and whose own word is a plausible saved frame pointer (0, or above X). A
+/// return address into the frame's own function is a leftover of a call it made, not its caller.
+static bool recover_frame_base(const stack_view *view, uintptr_t sp, uintptr_t function_start,
+                               uintptr_t function_end, uintptr_t *base) {
+    uintptr_t limit = sp + SCAN_LIMIT < view->hi ? sp + SCAN_LIMIT : view->hi;
+    for (uintptr_t slot = (sp + 7) & ~(uintptr_t)7; slot + 16 <= limit; slot += 8) {
+        uint64_t saved, ra;
+        if (!read_word(view, slot + 8, &ra) || !read_word(view, slot, &saved)) return false;
+        if (ra >= function_start && ra < function_end) continue;
+        if (saved != 0 && (saved <= slot || saved >= view->hi)) continue;
+        cie_info cie;
+        uintptr_t caller_start, caller_end;
+        cursor unused;
+        if (ra < 2 || !find_fde((uintptr_t)ra - 1, &cie, &caller_start, &caller_end, &unused)) continue;
+        if (!preceded_by_call((uintptr_t)ra, caller_start, function_start)) continue;
+        *base = slot;
+        return true;
+    }
+    return false;
+}
+
+/// The CFI walk. `known` says which of `registers` hold values (a signal's context gives them
+/// all; a thread parked in the kernel gives only sp and pc); with `scan`, a frame whose CFA rule
+/// needs an unknown rbp gets it from ``recover_frame_base``.
+static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t known, const stack_view *view,
+                       bool scan, uint64_t *out, int capacity) {
     uint64_t values[REGISTERS];
-    uint32_t known = (1u << RA_COLUMN) - 1;  // every general register; the RA column is no register
     memcpy(values, registers, sizeof values);
+    known &= (1u << RA_COLUMN) - 1;  // the RA column is no register
     uintptr_t pc = (uintptr_t)registers[RA_COLUMN];
     uintptr_t lo = (uintptr_t)registers[SP_REGISTER];
-    if (capacity <= 0 || lo == 0 || lo >= stack_top) return 0;
+    uintptr_t stack_top = view->hi;
+    if (capacity <= 0 || lo == 0 || lo >= stack_top || lo < view->lo) return 0;
     int n = 0;
     out[n++] = pc;
     for (bool interrupted = true; n < capacity; interrupted = false) {
@@ -398,9 +472,9 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
         // look it up one byte back. The interrupted instruction itself is exact.
         uintptr_t lookup = interrupted ? pc : pc - 1;
         cie_info cie;
-        uintptr_t start;
+        uintptr_t start, function_end;
         cursor fde;
-        if (!find_fde(lookup, &cie, &start, &fde)) break;
+        if (!find_fde(lookup, &cie, &start, &function_end, &fde)) break;
         row state;
         memset(&state, 0, sizeof state);
         cursor initial_instructions = {cie.instructions, cie.end, false};
@@ -412,7 +486,18 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
         if (state.cfa_is_expression) {
             if (!cfa_from_expression(&state, values, known, pc, &cfa)) break;
         } else {
-            if (state.cfa_register >= REGISTERS || (known & (1u << state.cfa_register)) == 0) break;
+            if (state.cfa_register >= REGISTERS) break;
+            if ((known & (1u << state.cfa_register)) == 0) {
+                uintptr_t base;
+                // Only the frame-pointer frame's rule (CFA = rbp + 16, rbp saved at CFA - 16) is
+                // recovered: its layout tells where the return address and the saved rbp lie.
+                if (!scan || state.cfa_register != 6 || state.cfa_offset != 16 ||
+                    state.registers[6].kind != AT_OFFSET || state.registers[6].value != -16 ||
+                    !recover_frame_base(view, (uintptr_t)values[SP_REGISTER], start, function_end, &base))
+                    break;
+                values[6] = base;
+                known |= 1u << 6;
+            }
             cfa = (uintptr_t)((int64_t)values[state.cfa_register] + state.cfa_offset);
         }
         uintptr_t sp = (uintptr_t)values[SP_REGISTER];
@@ -422,7 +507,7 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
         rule ra_rule = state.registers[cie.return_column];
         uint64_t ra;
         if (ra_rule.kind == UNDEFINED) break;  // the outermost frame (_start, clone)
-        if (ra_rule.kind != AT_OFFSET || !stack_word(cfa + (uintptr_t)ra_rule.value, lo, stack_top, &ra)) break;
+        if (ra_rule.kind != AT_OFFSET || !read_word(view, cfa + (uintptr_t)ra_rule.value, &ra)) break;
         uint64_t next[REGISTERS];
         uint32_t next_known = 0;
         bool consistent = true;
@@ -437,7 +522,7 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
                 }
                 break;
             case AT_OFFSET:
-                if (stack_word(cfa + (uintptr_t)rr.value, lo, stack_top, &next[r])) next_known |= 1u << r;
+                if (read_word(view, cfa + (uintptr_t)rr.value, &next[r])) next_known |= 1u << r;
                 else consistent = false;  // a register saved off the stack: wrong tables
                 break;
             case VALUE_OFFSET:
@@ -465,7 +550,30 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
     return n;
 }
 
+int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stack_top, uint64_t *out,
+                    int capacity) {
+    stack_view view = {(uintptr_t)registers[SP_REGISTER], stack_top, NULL};
+    return unwind_core(registers, (1u << RA_COLUMN) - 1, &view, false, out, capacity);
+}
+
+int crlm_unwind_parked(uint64_t sp, uint64_t pc, const uint8_t *copy, uintptr_t copy_base, size_t copy_length,
+                       uint64_t *out, int capacity) {
+    uint64_t registers[CRLM_CFI_REGISTERS];
+    memset(registers, 0, sizeof registers);
+    registers[SP_REGISTER] = sp;
+    registers[RA_COLUMN] = pc;
+    stack_view view = {copy_base, copy_base + copy_length, copy};
+    return unwind_core(registers, 1u << SP_REGISTER, &view, true, out, capacity);
+}
+
 bool crlm_unwind_cfi_supported(void) { return true; }
+
+uint64_t crlm_function_start(uint64_t pc) {
+    cie_info cie;
+    uintptr_t start, end;
+    cursor unused;
+    return find_fde((uintptr_t)pc, &cie, &start, &end, &unused) ? start : 0;
+}
 
 bool crlm_safe_reads_available(void) {
     uint64_t probe = 0x5afe, copy = 0;
@@ -484,7 +592,15 @@ int crlm_unwind_cfi(const uint64_t registers[CRLM_CFI_REGISTERS], uintptr_t stac
     return 0;
 }
 
+int crlm_unwind_parked(uint64_t sp, uint64_t pc, const uint8_t *copy, uintptr_t copy_base, size_t copy_length,
+                       uint64_t *out, int capacity) {
+    (void)sp; (void)pc; (void)copy; (void)copy_base; (void)copy_length; (void)out; (void)capacity;
+    return 0;
+}
+
 bool crlm_unwind_cfi_supported(void) { return false; }
+
+uint64_t crlm_function_start(uint64_t pc) { (void)pc; return 0; }
 
 bool crlm_safe_reads_available(void) { return false; }
 

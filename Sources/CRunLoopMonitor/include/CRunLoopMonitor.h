@@ -12,7 +12,8 @@
 enum {
     CRLM_UNWIND_BACKTRACE = 1,      ///< glibc backtrace(): libgcc's walk of the unwind tables (the fallback)
     CRLM_UNWIND_FRAME_POINTERS = 2, ///< the frame-pointer chain (registered thread, calibrated image)
-    CRLM_UNWIND_TABLES = 3          ///< the bounded walk of the DWARF unwind tables (no frame pointers needed)
+    CRLM_UNWIND_TABLES = 3,         ///< the bounded walk of the DWARF unwind tables (no frame pointers needed)
+    CRLM_UNWIND_PARKED = 4          ///< a thread parked in the kernel, walked from its sp and pc without a signal
 };
 
 /// Outcomes of ``crlm_capture``.
@@ -21,8 +22,51 @@ enum {
     CRLM_NO_SUCH_THREAD = 1,  ///< tgkill said ESRCH
     CRLM_NO_ANSWER = 2,       ///< the handler did not run within the bound (signal blocked, thread stuck in the kernel with the signal pending, or exited)
     CRLM_NOT_INSTALLED = 3,   ///< crlm_install was not called or failed
-    CRLM_SEND_FAILED = 4      ///< tgkill failed otherwise (errno in *error)
+    CRLM_SEND_FAILED = 4,     ///< tgkill failed otherwise (errno in *error)
+    CRLM_HANDLER_REPLACED = 5 ///< the signal no longer runs our handler (reset to SIG_DFL, or another handler installed): nothing was sent
 };
+
+/// Outcomes of ``crlm_capture_parked``.
+enum {
+    CRLM_PARKED_CAPTURED = 0,
+    CRLM_PARKED_RUNNING = 1,      ///< the thread runs (a signal is needed to read it)
+    CRLM_PARKED_MOVED = 2,        ///< it left the kernel while it was read: the walk was dropped
+    CRLM_PARKED_NO_THREAD = 3,
+    CRLM_PARKED_UNAVAILABLE = 4   ///< no bounded walk here (not x86-64, or process_vm_readv forbidden)
+};
+
+/// Reads the stack of thread `tid` while it is parked in the kernel (blocked in a system call, or
+/// stopped), without a signal: its user sp and pc from `/proc/self/task/TID/syscall`, a copy of
+/// its stack from sp up (process_vm_readv), then the bounded CFI walk from those two registers;
+/// a frame-pointer frame whose rbp is unknown is found by stack scanning (a return address after
+/// a call instruction into that function). Re-reads the syscall file and the thread's CPU clock
+/// afterwards and drops the walk if either changed. Not async-signal-safe; serialized with
+/// ``crlm_capture`` by the caller. `*syscall_number` is the call (-1: parked outside one).
+int crlm_capture_parked(pid_t tid, uint64_t *frames, int capacity, int *count, long *syscall_number);
+
+/// Whether ``crlm_capture_parked`` can work here (after ``crlm_install``).
+bool crlm_parked_walk_available(void);
+
+/// Whether thread `tid` blocks `signal_number`, and whether one is pending for it (its `SigBlk`
+/// and `SigPnd`). Returns 0, or an errno (ENOENT: no such thread).
+int crlm_thread_signal_state(pid_t tid, int signal_number, bool *blocked, bool *pending);
+
+/// Counts the fork() children this process image has been (incremented in the child by a
+/// pthread_atfork handler, registered by ``crlm_register_atfork``): a lock's owner compares it to
+/// make its state anew in a child whose parent held the lock at the fork.
+uint32_t crlm_fork_generation(void);
+
+/// Registers the fork handler once (``crlm_install`` does it too).
+void crlm_register_atfork(void);
+
+/// Unwinds a thread parked in the kernel from its `sp` and `pc` alone over `copy`, a copy of its
+/// stack memory [copy_base, copy_base + copy_length). See ``crlm_capture_parked``.
+int crlm_unwind_parked(uint64_t sp, uint64_t pc, const uint8_t *copy, uintptr_t copy_base, size_t copy_length,
+                       uint64_t *out, int capacity);
+
+/// The start of the function that holds `pc` (its unwind-table entry), or 0 when no table covers
+/// it: what identifies a frame's function without symbolicating it.
+uint64_t crlm_function_start(uint64_t pc);
 
 /// Installs the capture signal's handler (`signal_number`, a real-time signal) once per process,
 /// warms up glibc's unwinder (its first call loads libgcc_s, which must not happen in a handler)
@@ -60,7 +104,9 @@ void crlm_forget_thread(pid_t tid);
 /// Swift concurrency's threads, or anything they spawn, start with every signal blocked).
 bool crlm_unblock_signal(void);
 
-/// Captures thread `tid`'s stack: signals it and waits up to `timeout_ns` (re-sending every
+/// Captures thread `tid`'s stack. A thread parked in the kernel is read without a signal
+/// (``crlm_capture_parked``); a running one is signalled (only when it neither blocks the signal
+/// nor has one of ours pending, and only while the handler is still ours) and waited for up to `timeout_ns` (re-sending every
 /// `resend_ns`: glibc blocks signals briefly, e.g. inside pthread_create) for its handler to
 /// write the return addresses. On CRLM_CAPTURED, `frames[0]` is the interrupted instruction and
 /// the others return addresses, `*count` frames in all (at most `capacity`), `*method` says how

@@ -118,6 +118,11 @@ public struct RawStack: Sendable, Hashable {
         /// x86-64, or a thread without registered bounds in a process that may not use
         /// `process_vm_readv`). libgcc trusts the tables at every instruction.
         case glibcBacktrace
+        /// A thread parked in the kernel (blocked in a system call, or stopped), read without a
+        /// signal: from the stack pointer and program counter the kernel shows for it
+        /// (`/proc/self/task/TID/syscall`), over a copy of its stack, with the unwind tables
+        /// (and stack scanning for a frame-pointer frame whose caller's rbp is unknown).
+        case parkedInKernel
     }
 
     /// The interrupted instruction, then return addresses, innermost first.

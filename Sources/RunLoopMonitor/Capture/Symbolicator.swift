@@ -25,7 +25,8 @@ final class Symbolicator: Sendable {
         let isProgramCounter: Bool
     }
 
-    private let state = Mutex(State())
+    /// Fork-safe (see ``ForkSafeLock``): a child may symbolicate while the parent was.
+    private let state = ForkSafeLock { State() }
 
     /// The frames of `addresses` (the first the interrupted instruction, the others return
     /// addresses); inlined functions give extra frames at the same address.

@@ -136,6 +136,10 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
     case cannotInstall(signal: Int32, errno: Int32)
     /// `tgkill` failed for another reason than a missing thread (an errno).
     case sendFailed(threadID: Int32, errno: Int32)
+    /// The capture signal no longer runs ThreadStack's handler: something reset it to its default
+    /// action (which would kill the process) or installed a handler of its own after ThreadStack
+    /// installed its. Nothing was sent.
+    case handlerReplaced(signal: Int32)
 
     /// What went wrong, in words.
     public var description: String {
@@ -152,19 +156,24 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
             "cannot install the handler for signal \(signal) (errno \(errno))"
         case .sendFailed(let id, let errno):
             "cannot signal thread \(id) (errno \(errno))"
+        case .handlerReplaced(let signal):
+            "the handler of signal \(signal) was replaced (reset to its default action, or another handler installed) after ThreadStack installed its own; no signal was sent"
         }
     }
 }
 
 /// The process's one capture buffer and its install state; captures are serialized by its lock.
 final class CaptureEngine: Sendable {
-    private struct State: ~Copyable {
+    private struct State {
         var installed = false
         var installError: ThreadStackError?
         let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: Int(CRLM_MAX_FRAMES))
     }
 
-    private let state = Mutex(State())
+    /// Fork-safe: a child whose parent was mid-capture at the fork starts over (see
+    /// ``ForkSafeLock``); the handler stays installed in the child (signal dispositions are
+    /// inherited), so the child's first capture finds `crlm_install` already done.
+    private let state = ForkSafeLock { State() }
 
     func install() throws(ThreadStackError) {
         try state.locked { state throws(ThreadStackError) in try Self.install(&state) }
@@ -207,6 +216,7 @@ final class CaptureEngine: Sendable {
         switch Int(method) {
         case Int(CRLM_UNWIND_FRAME_POINTERS): .framePointers
         case Int(CRLM_UNWIND_BACKTRACE): .glibcBacktrace
+        case Int(CRLM_UNWIND_PARKED): .parkedInKernel
         default: .unwindTables
         }
     }
@@ -250,6 +260,8 @@ final class CaptureEngine: Sendable {
                     unwinder: Self.unwinder(method))
             case Int(CRLM_NO_SUCH_THREAD):
                 throw .noSuchThread(threadID: threadID)
+            case Int(CRLM_HANDLER_REPLACED):
+                throw .handlerReplaced(signal: crlm_default_signal())
             case Int(CRLM_NO_ANSWER):
                 if !ProcessThreads.exists(threadID) { throw .noSuchThread(threadID: threadID) }
                 throw .noAnswer(
