@@ -34,6 +34,7 @@ enum Probes {
             case .ended(let report):
                 printJSON("ended", report)
                 ended.signal()
+            case .suppressed: break
             }
         }
         try? worker.execute { _ = probeCrunchNumbers(until: .now + .milliseconds(400)) }

@@ -141,9 +141,9 @@ extension RunLoopMonitorSuites {
         try worker.execute { _ = monitorTestCrunch(until: .now + .milliseconds(200)) }
         _ = log.wait(for: 2)
         let counter = try testMetrics.expectCounter(
-            MonitorReporting.MetricName.stalls, [("thread", "metered-loop"), ("phase", "blocks")])
+            MonitorReporting.MetricName.stalls, [("loop", "metered-loop"), ("phase", "blocks")])
         #expect(counter.totalValue == 1)
-        let timer = try testMetrics.expectTimer(MonitorReporting.MetricName.stallDuration, [("thread", "metered-loop")])
+        let timer = try testMetrics.expectTimer(MonitorReporting.MetricName.stallDuration, [("loop", "metered-loop")])
         #expect(timer.values.count == 1)
         // The 200 ms stall, timed to the 20 ms sample interval (plus room for a loaded machine).
         #expect((timer.values.first ?? 0) >= 130_000_000)

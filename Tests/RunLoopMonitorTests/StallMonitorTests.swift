@@ -204,11 +204,11 @@ extension RunLoopMonitorSuites {
     }
 
     @Test func identicalStallsBackOffFibonacciStyle() {
-        var backoff = StallBackoff()
+        var backoff = StallBackoff(.standard)
         let now = ContinuousClock.now
         let reported = (1...13).filter { _ in backoff.decide([1, 2, 3], at: now).report }
         #expect(reported.count == 6)  // the 1st, 2nd, 3rd, 5th, 8th and 13th
-        var counted = StallBackoff()
+        var counted = StallBackoff(.standard)
         let decisions = (1...5).map { _ in counted.decide([9], at: now) }
         #expect(decisions.map(\.report) == [true, true, true, false, true])
         #expect(decisions[4].suppressedBefore == 1)

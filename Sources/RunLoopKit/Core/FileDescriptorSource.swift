@@ -203,6 +203,10 @@ extension FileDescriptorSource: Source1Item {
 
     var descriptorSource: FileDescriptorSource? { self }
 
+    var calloutKind: RunLoop.CalloutKind { .descriptor }
+
+    var calloutLabel: UInt32 { traceNameSlot.calloutLabel.load(ordering: .relaxed) }
+
     func invalidateItem() { invalidate() }
 
     func perform(events reported: Events, onlyOne: Bool, on loop: RunLoop) -> Bool {

@@ -243,6 +243,8 @@ final class LoopInstrumentation: Sendable {
 
     /// `generation << 8 | phase`: one word, so a reader sees a phase with its own pass.
     let phaseWord = Atomic<UInt64>(0)
+    /// `sequence << 32 | label << 8 | kind` of the callout in progress (see Callouts.swift).
+    let calloutWord = Atomic<UInt64>(0)
     /// When the current phase began (loop nanoseconds), while stamped; 0 otherwise.
     let phaseStartNs = Atomic<Int64>(0)
     /// When the loop last started working (see ``RunLoop/PhaseSnapshot/busySince``), while

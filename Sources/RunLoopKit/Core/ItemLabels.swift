@@ -55,6 +55,14 @@ enum TimerLabels {
     /// Labelled timers: while none is, a timer's deinit does nothing here (one relaxed load).
     static let count = Atomic<Int>(0)
 
+    /// The ``CalloutLabels`` id of `timer`'s label (0: none): no lock while no timer is labelled.
+    @inline(__always)
+    static func calloutLabel(of timer: RunLoopTimer) -> UInt32 {
+        guard count.load(ordering: .relaxed) > 0 else { return 0 }
+        guard let label = table.locked({ $0.labels[ObjectIdentifier(timer)] }) else { return 0 }
+        return CalloutLabels.id(for: label)
+    }
+
     static func forget(_ id: ObjectIdentifier) {
         let changed = table.locked { table -> UInt64? in
             guard table.labels.removeValue(forKey: id) != nil else { return nil }

@@ -154,6 +154,10 @@ extension MessagePort: Source1Item {
 
     var descriptorSource: FileDescriptorSource? { nil }
 
+    var calloutKind: RunLoop.CalloutKind { .port }
+
+    var calloutLabel: UInt32 { traceNameSlot.calloutLabel.load(ordering: .relaxed) }
+
     func perform(events: FileDescriptorSource.Events, onlyOne: Bool, on loop: RunLoop) -> Bool {
         guard hasQueued.load(ordering: .acquiring) else { return false }
         if onlyOne {
@@ -180,7 +184,15 @@ extension MessagePort: Source1Item {
         }
         guard !batch.isEmpty else { return false }
         inFlight.begin(batch)
-        while let message = inFlight.next() { handler(message) }
+        // Each message is a callout of its own (a stall monitor tells them apart).
+        let label = calloutLabel
+        var first = true
+        while let message = inFlight.next() {
+            if !first { loop.calloutBegins(.port, label: label) }
+            first = false
+            handler(message)
+            loop.calloutEnds()
+        }
         return true
     }
 }

@@ -236,7 +236,9 @@ extension RunLoop {
             if _slowPath(context.pass.tracing) {
                 traceCalloutBegin(observer, .observers, detail: UInt8(activity.rawValue.trailingZeroBitCount), &context)
             }
+            calloutBegins(.observer, label: observer.traceNameSlot.calloutLabel.load(ordering: .relaxed))
             observer.handler(observer, activity)
+            calloutEnds()
             if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
             observer.firing.store(false, ordering: .releasing)
             if !observer.repeats { observer.invalidate() }
@@ -258,7 +260,9 @@ extension RunLoop {
             while let block = context.scratch.blocks.popFirst() {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                     if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
+                    calloutBegins(.block, label: 0)
                     block.body()
+                    calloutEnds()
                     if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {
                     context.scratch.otherModes.append(block)
@@ -269,7 +273,9 @@ extension RunLoop {
             while let block = batch.popFirst() {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                     if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
+                    calloutBegins(.block, label: 0)
                     block.body()
+                    calloutEnds()
                     if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {
                     context.scratch.otherModes.append(block)
@@ -332,7 +338,9 @@ extension RunLoop {
             index += 1
             if source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid {
                 if _slowPath(context.pass.tracing) { traceCalloutBegin(source, .sources0, &context) }
+                calloutBegins(.source, label: source.traceNameSlot.calloutLabel.load(ordering: .relaxed))
                 source.performCallout()
+                calloutEnds()
                 if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 handled = true
                 if context.returnAfterSourceHandled { break }
@@ -444,7 +452,9 @@ extension RunLoop {
                 confined.firingBatch.next = index
                 swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
                 if _slowPath(context.pass.tracing) { traceCalloutBegin(timer, .timers, &context) }
+                calloutBegins(.timer, label: TimerLabels.calloutLabel(of: timer))
                 handler(timer)
+                calloutEnds()
                 if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
                 confined.firingBatch.modeIndex = -1
@@ -646,7 +656,9 @@ extension RunLoop {
             let (item, events) = context.scratch.readySources1[index]
             index += 1
             if _slowPath(context.pass.tracing) { traceCalloutBegin(item, .sources1, &context) }
+            calloutBegins(item.calloutKind, label: item.calloutLabel)
             let performed = item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self)
+            calloutEnds()
             if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
             if performed {
                 handled = true
@@ -1361,6 +1373,8 @@ final class LoopThreadState: @unchecked Sendable {
     /// The pass count behind ``RunLoop/PhaseSnapshot/generation``, and the phase published now.
     @exclusivity(unchecked) var generation: UInt64 = 0
     @exclusivity(unchecked) var phase: RunLoop.Phase = .notRunning
+    /// Callouts begun and ended (see Callouts.swift).
+    @exclusivity(unchecked) var calloutSequence: UInt32 = 0
     /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
     @exclusivity(unchecked) var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
     @exclusivity(unchecked) var reportersVersion: UInt64 = 0

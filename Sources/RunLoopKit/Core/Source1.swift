@@ -29,6 +29,10 @@ protocol Source1Item: TraceNamed, Sendable {
     /// its descriptor (empty if none). With `onlyOne`, delivers at most one callout. Returns
     /// whether a callout ran.
     func perform(events: FileDescriptorSource.Events, onlyOne: Bool, on loop: RunLoop) -> Bool
+    /// What its callouts are published as (see Callouts.swift).
+    var calloutKind: RunLoop.CalloutKind { get }
+    /// Its label's ``CalloutLabels`` id (0: none).
+    var calloutLabel: UInt32 { get }
     /// The descriptor source behind it, if it is one.
     var descriptorSource: FileDescriptorSource? { get }
     /// Stops it for good, as its public `invalidate()` does: when its loop's thread exits, or when

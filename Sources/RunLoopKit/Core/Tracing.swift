@@ -208,6 +208,8 @@ struct TraceNameSlot: ~Copyable, Sendable {
     /// `buffer id << 32 | name index`, or 0.
     private let cached = Atomic<UInt64>(0)
     private let userLabel = Mutex<String?>(nil)
+    /// The label's ``CalloutLabels`` id (0: none): what the loop publishes when it calls the item.
+    let calloutLabel = Atomic<UInt32>(0)
 
     init() {}
 
@@ -216,6 +218,7 @@ struct TraceNameSlot: ~Copyable, Sendable {
         nonmutating set {
             userLabel.locked { $0 = newValue }
             cached.store(0, ordering: .relaxed)
+            calloutLabel.store(CalloutLabels.id(for: newValue), ordering: .relaxed)
         }
     }
 

@@ -90,6 +90,8 @@ enum MainQueueDrain {
             let source = try FileDescriptorSource(
                 descriptor: handle, watching: .readable, ownsDescriptor: false, order: .min, handler: serve)
             source.isLibrarySource.store(true, ordering: .relaxed)
+            // What traces and stall reports call its callouts (libdispatch's drain).
+            source.label = "main queue"
             return source
         } catch {
             Diagnostics.error(

@@ -1,40 +1,49 @@
+import CRunLoopMonitor
+
 /// Samples one thread's stack again and again, merging identical stacks with counts.
 ///
-/// A thread blocked in the same system call (same `/proc/self/task/<tid>/syscall` reading: call,
-/// arguments, stack pointer and program counter) that used no CPU since the last sample has not
-/// moved: its last stack is counted again without a signal, so a blocked thread is interrupted
-/// once per stretch, not once per sample (a signal makes calls such as `nanosleep` return `EINTR`).
+/// Each sample is a ``ThreadStack`` capture: a thread parked in the kernel is read without a
+/// signal, so sampling a blocked thread as often as it likes changes nothing for it.
 struct StackSampler {
     let threadID: Int32
     private(set) var sampleCount = 0
     private(set) var lastError: ThreadStackError?
     private var counts: [[UInt64]: Int] = [:]
     private var order: [[UInt64]] = []
-    private var last: (stack: [UInt64], call: String, cpu: Duration)?
 
     init(threadID: Int32) { self.threadID = threadID }
 
-    /// The innermost frames of the first stack: what identifies a stall for the back-off.
-    var signature: [UInt64]? { order.first.map { Array($0.prefix(8)) } }
+    /// What identifies a stall for the back-off: the functions (their unwind-table start
+    /// addresses, so the instruction inside each does not matter) of the first stack's innermost
+    /// six frames outside the system libraries (the C library's sleep or clock frames, the Swift
+    /// runtime); nil before a sample.
+    var signature: [UInt64]? {
+        guard let first = order.first else { return nil }
+        var functions: [UInt64] = []
+        for address in first where functions.count < 6 {
+            if Self.isSystemImage(address) { continue }
+            let start = crlm_function_start(address == first.first ? address : address &- 1)
+            functions.append(start != 0 ? start : address)
+        }
+        return functions.isEmpty ? Array(first.prefix(6)) : functions
+    }
+
+    private static func isSystemImage(_ address: UInt64) -> Bool {
+        var image = [CChar](repeating: 0, count: 512)
+        var symbol = [CChar](repeating: 0, count: 8)
+        var base: UInt64 = 0
+        var symbolAddress: UInt64 = 0
+        guard crlm_dladdr(address, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return false }
+        let path = String(decoding: image.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        return CallTree.systemImagePrefixes.contains { name.hasPrefix($0) }
+    }
 
     /// Takes one sample. Returns false when the thread is gone.
     mutating func sample(timeout: Duration) -> Bool {
-        let cpu = ProcessThreads.cpuTime(of: threadID)
-        if let last, let cpu, cpu - last.cpu < .milliseconds(1), let call = ProcessThreads.blockedCall(of: threadID),
-            !call.hasPrefix("running"), call == last.call
-        {
-            record(last.stack)
-            self.last = (last.stack, call, cpu)
-            return true
-        }
         do {
             let stack = try ThreadStack.captureAddresses(threadID: threadID, timeout: timeout)
             record(stack.addresses)
-            if let cpu, let call = ProcessThreads.blockedCall(of: threadID), !call.hasPrefix("running") {
-                last = (stack.addresses, call, cpu)
-            } else {
-                last = nil
-            }
             return true
         } catch {
             lastError = error

@@ -63,6 +63,7 @@ public final class StallReportStore: Sendable {
         switch event {
         case .began(let report): try append(Line(event: "began", report: report))
         case .ended(let report): try append(Line(event: "ended", report: report))
+        case .suppressed: return  // a summary of stalls that were never written
         }
     }
 

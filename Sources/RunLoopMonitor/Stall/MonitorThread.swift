@@ -13,6 +13,7 @@ final class MonitorThread: Sendable {
         let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
         let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
         var woken = false  // guarded by `mutex`
+        var finished = false  // guarded by `mutex`: the body has returned
 
         init() {
             pthread_mutex_init(mutex, nil)
@@ -40,6 +41,7 @@ final class MonitorThread: Sendable {
     /// Starts a thread named `name` (15 characters at most are kept) that runs `body`.
     init(name: String, _ body: @escaping @Sendable () -> Void) {
         let id = self.id
+        let parking = self.parking
         let box = Unmanaged.passRetained(
             ThreadBody {
                 id.value.store(crlm_gettid(), ordering: .releasing)
@@ -48,6 +50,11 @@ final class MonitorThread: Sendable {
                 // mask that blocks every signal; it must answer its own capture signal.
                 _ = crlm_unblock_signal()
                 body()
+                // What a second join() waits for (the first one joins the thread).
+                pthread_mutex_lock(parking.mutex)
+                parking.finished = true
+                pthread_cond_broadcast(parking.condition)
+                pthread_mutex_unlock(parking.mutex)
             })
         var thread = pthread_t()
         let result = pthread_create(&thread, nil, { raw in
@@ -95,13 +102,23 @@ final class MonitorThread: Sendable {
         pthread_mutex_unlock(parking.mutex)
     }
 
-    /// Waits for the thread to finish; once (later calls return at once). Not on the thread itself.
+    /// Waits for the thread to finish, whoever calls it and however many times (the first caller
+    /// joins it; the others wait until its body has returned). Not on the thread itself.
     func join() {
         guard let thread = handle.locked({ handle -> pthread_t? in
             defer { handle = nil }
             return handle
-        }) else { return }
+        }) else {
+            waitUntilFinished()
+            return
+        }
         pthread_join(thread, nil)
+    }
+
+    private func waitUntilFinished() {
+        pthread_mutex_lock(parking.mutex)
+        while !parking.finished { pthread_cond_wait(parking.condition, parking.mutex) }
+        pthread_mutex_unlock(parking.mutex)
     }
 
     /// Lets the thread end on its own (after a ``join()`` was refused because the caller is the

@@ -7,42 +7,61 @@ import Glibc
 import RunLoopKit
 import Synchronization
 
-/// Finds run loops stuck inside one iteration, samples the stuck thread's stack while the stall
-/// lasts, and reports when it begins and ends.
+/// Finds run loops stuck in one callout, samples the stuck thread's stack while the stall lasts,
+/// and reports when it begins and ends.
 ///
 /// One monitor watches every loop given to it, with two threads: `rlk.stallmon` looks at the
 /// loops and samples stacks, `rlk.stallrep` symbolicates them and delivers the reports (the
 /// handler runs there), so that symbolication never delays a sample. A process usually needs one
-/// monitor for all its loops. The sampling thread reads the phase word each loop publishes anyway
-/// (phase and iteration generation, `RunLoop.phaseSnapshot`): the loop runs no callback, posts
-/// no semaphore, reads no clock and allocates nothing for the monitor (see BENCHMARKS.md).
+/// monitor for all its loops. The sampling thread reads the words each loop publishes anyway
+/// (phase and pass generation, `RunLoop.phaseSnapshot`; the callout in progress,
+/// `RunLoop.calloutSnapshot`): the loop runs no callback, posts no semaphore, reads no clock and
+/// allocates nothing for the monitor (see BENCHMARKS.md).
 ///
-/// - A **stall**: the loop has been busy (in any phase but `RunLoop.Phase.waiting`) within one
-///   iteration for longer than `threshold`. A loop asleep in the kernel is never stalled; a loop
-///   that is not running is not watched; a nested run's passes are iterations of their own.
-/// - **When**: the monitor looks at every loop once per `sampleInterval`; a pass is timed from the
-///   first look that saw it busy (or from the loop's own stamp, `busySince`, when something else
-///   holds a `RunLoop.watchPhases()` token). So `.began` comes within `threshold` + one
-///   `sampleInterval` of the stall's start, and durations are exact to one `sampleInterval` (plus
-///   however late the monitor's thread gets a CPU). `.ended` comes within one `sampleInterval` of
-///   the loop moving on, with the total duration.
+/// - A **stall**: one callout (an observer, a block, a source, a timer, a descriptor source, one
+///   port message, a main-queue drain), or one stretch of the loop's own work between callouts,
+///   has lasted longer than `threshold`. Two tasks queued together are two callouts, so two
+///   stalls, each naming its item (``StallReport/item``). A loop asleep in the kernel is never
+///   stalled; a loop that is not running is not watched; a callout that runs the loop nested
+///   ends when the nested run's first callout begins (the loop moved).
+/// - **When**: the monitor looks at every loop once per `sampleInterval`; a callout is timed from
+///   the first look that saw it. So `.began` comes within `threshold` + one `sampleInterval` of
+///   the stall's start, and durations are exact to one `sampleInterval` (plus however late the
+///   monitor's thread gets a CPU). `.ended` comes within one `sampleInterval` of the loop moving
+///   on, with the total duration.
+/// - **Watching does not change the program.** A stuck thread that is blocked in the kernel
+///   (`usleep`, `sleep`, `nanosleep`, `poll`, `epoll_wait`, `read`, a lock's futex…) is never
+///   signalled: its stack is read where the kernel parked it (``RawStack/Unwinder/parkedInKernel``),
+///   so its call returns when it would have without the monitor. Only a thread running in user
+///   space gets the capture signal; its handler interrupts no system call. What remains: a thread
+///   that enters a blocking call in the microseconds between the monitor's check and the signal's
+///   arrival sees that call return `EINTR` (as POSIX allows at any time); measured in
+///   BENCHMARKS.md (`capture`), it is rare, not never.
 /// - **Preparing the thread**: when it first looks at a loop, the monitor performs a block on it
 ///   (in the common modes) that calls ``ThreadStack/prepareCurrentThread()``: a loop thread
 ///   started from a libdispatch worker or a Swift concurrency thread inherits a mask that blocks
-///   every signal, and could not be sampled otherwise (its reports then carry
-///   ``StallReport/captureError``). A loop stuck before that block ran, or that never runs a
-///   common mode, is sampled only if its thread does not block the signal: call
-///   ``ThreadStack/prepareCurrentThread()`` at the start of such a thread.
-/// - **Stacks**: the first sample is taken when the stall begins, then one every `sampleInterval`
-///   while it lasts (``ThreadStack``); identical stacks are merged with counts, most frequent
-///   first. A thread blocked in the same system call is signalled once (see ``ThreadStack``).
-/// - **Back-off**: stalls whose first stack's innermost frames match an earlier one's are
-///   reported the 1st, 2nd, 3rd, 5th, 8th, 13th… time (Fibonacci), the others counted in the next
-///   report's ``StallReport/suppressedSimilar`` (and in metrics); the count starts over after
-///   ten minutes without such a stall. A suppressed stall that lasts past `max(2 s, 4 × threshold)`
-///   is reported then anyway: a hang is never hidden.
-/// - **Ends**: ``StallReport/EndReason``: the loop moved on, ``stop()`` cut the stall short, or
-///   the thread exited (the monitor then forgets the loop and goes on with the others).
+///   every signal, and could not be sampled while running otherwise (its reports then carry
+///   ``StallReport/captureError``; it is still read whenever it is blocked in the kernel). Capture
+///   signals are never sent to a thread that blocks them, nor while one is pending for it.
+/// - **Stacks and blame**: the first sample is taken when the stall begins, then one every
+///   `sampleInterval` while it lasts (``ThreadStack``). The samples form a ``CallTree``;
+///   ``StallReport/stuckIn`` is the deepest frame of the application's own code on its heaviest
+///   path, ``StallReport/stacks`` the most frequent distinct stacks, and
+///   ``StallReport/foldedStacks`` every sample, folded, for a flame graph (``FlameGraphPage``).
+/// - **Back-off** (``Backoff``, `init(…backoff:)`): with ``Backoff/fibonacci(forgetAfter:)``, the
+///   default, a stall whose first sample's functions (outside the system libraries) match earlier
+///   ones' is reported the 1st, 2nd, 3rd, 5th, 8th, 13th… time; the count starts over after
+///   `forgetAfter` without such a stall. Every stall it holds back is counted in a report that is
+///   delivered: the next reported stall of that signature carries
+///   ``StallReport/suppressedSimilar``, and those still uncounted when the signature is forgotten,
+///   or when the monitor stops, come in a ``StallEvent/suppressed(_:)`` summary. A held-back stall
+///   that lasts past `max(2 s, 4 × threshold)` is reported then anyway: a hang is never hidden.
+///   ``Backoff/none`` reports every stall (tests, development).
+/// - **Ends**: ``StallReport/EndReason``: the loop moved on (finished the callout, slept, or
+///   returned from the run, whatever its thread does next), ``stop()`` cut the stall short, or the
+///   thread exited while still in the callout (the monitor then forgets the loop and goes on with
+///   the others). The thread's CPU time is read at every sample, so a thread that exits after a
+///   busy stall still reports the CPU seen up to its last sample.
 ///
 /// Reports go to the handler (on the monitor's reporting thread), to swift-log and swift-metrics
 /// (see ``MonitorReporting``), and to a ``StallReportStore`` when one is given. A started monitor
@@ -52,6 +71,21 @@ public final class StallMonitor: Sendable {
     public let threshold: Duration
     /// How often a stalled thread's stack is sampled, and how often idle loops are looked at.
     public let sampleInterval: Duration
+    /// How repeated similar stalls are reported (see "Back-off" above).
+    public let backoff: Backoff
+
+    /// How repeated similar stalls are reported.
+    public enum Backoff: Sendable, Hashable {
+        /// Every stall is reported.
+        case none
+        /// Stalls of one signature are reported the 1st, 2nd, 3rd, 5th, 8th, 13th… time; the
+        /// count starts over after `forgetAfter` without such a stall, when the held-back ones
+        /// are summarized (``StallEvent/suppressed(_:)``).
+        case fibonacci(forgetAfter: Duration = .seconds(600))
+
+        /// ``fibonacci(forgetAfter:)`` with ten minutes.
+        public static var standard: Backoff { .fibonacci() }
+    }
 
     private let store: StallReportStore?
     private let logger: Logger?
@@ -65,55 +99,78 @@ public final class StallMonitor: Sendable {
 
     private struct Shared {
         var loops: [RunLoop]
+        /// Names given with the loops (``watch(_:name:)``), by loop.
+        var names: [ObjectIdentifier: String] = [:]
         var stopping = false
         var started = false
         var samplerDone = false
         var handler: (@Sendable (StallEvent) -> Void)?
         /// Events waiting for the reporting thread, in order, with their raw stacks.
-        var pending: [(ended: Bool, report: StallReport, sampler: StackSampler)] = []
+        var pending: [(kind: PendingKind, report: StallReport, sampler: StackSampler)] = []
     }
+
+    enum PendingKind { case began, ended, suppressed }
 
     /// A monitor for `loop` (any loop, not only the main one).
     ///
     /// - Parameters:
     ///   - loop: the loop to watch.
-    ///   - threshold: how long one iteration may stay busy; must be positive.
-    ///   - sampleInterval: how often a stall's stack is sampled; must be positive.
+    ///   - name: the loop's name in reports, logs and metrics (``StallReport/loop``); its thread's
+    ///     name when nil.
+    ///   - threshold: how long one callout may last; must be positive.
+    ///   - sampleInterval: how often a stall's stack is sampled; at least 1 ms (shorter is raised
+    ///     to 1 ms: a stack walk takes tens of microseconds, and sampling faster only loads a core).
+    ///   - backoff: how repeated similar stalls are reported.
     ///   - store: where reports are written as they begin and end, if anywhere.
     ///   - logger: where reports are logged (label ``MonitorReporting/loggerLabel`` by default);
     ///     nil for none.
     public convenience init(
-        loop: RunLoop, threshold: Duration = .milliseconds(250), sampleInterval: Duration = .milliseconds(50),
-        store: StallReportStore? = nil, logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
+        loop: RunLoop, name: String? = nil, threshold: Duration = .milliseconds(250),
+        sampleInterval: Duration = .milliseconds(50), backoff: Backoff = .standard, store: StallReportStore? = nil,
+        logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
-        self.init(loops: [loop], threshold: threshold, sampleInterval: sampleInterval, store: store, logger: logger)
+        self.init(
+            loops: [loop], threshold: threshold, sampleInterval: sampleInterval, backoff: backoff, store: store,
+            logger: logger)
+        if let name { shared.locked { $0.names[ObjectIdentifier(loop)] = name } }
     }
 
-    /// A monitor for several loops, watched by one thread.
+    /// A monitor for several loops, watched by one thread (named as their threads are; see
+    /// ``watch(_:name:)`` to name them).
     ///
     /// - Parameters:
     ///   - loops: the loops to watch.
-    ///   - threshold: how long one iteration may stay busy; must be positive.
-    ///   - sampleInterval: how often a stall's stack is sampled; must be positive.
+    ///   - threshold: how long one callout may last; must be positive.
+    ///   - sampleInterval: how often a stall's stack is sampled; must be positive; at least 1 ms
+    ///     (shorter is raised to 1 ms).
+    ///   - backoff: how repeated similar stalls are reported.
     ///   - store: where reports are written as they begin and end, if anywhere.
     ///   - logger: where reports are logged; nil for none.
     public init(
         loops: [RunLoop], threshold: Duration = .milliseconds(250), sampleInterval: Duration = .milliseconds(50),
-        store: StallReportStore? = nil, logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
+        backoff: Backoff = .standard, store: StallReportStore? = nil,
+        logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
         precondition(threshold > .zero, "StallMonitor: threshold must be positive (got \(threshold))")
         precondition(sampleInterval > .zero, "StallMonitor: sampleInterval must be positive (got \(sampleInterval))")
         // A year at most: an instant plus a larger duration would overflow.
         self.threshold = min(threshold, .seconds(365 * 86400))
-        self.sampleInterval = min(sampleInterval, .seconds(365 * 86400))
+        self.sampleInterval = min(max(sampleInterval, Self.minimumSampleInterval), .seconds(365 * 86400))
+        self.backoff = backoff
         self.store = store
         self.logger = logger
         self.shared = Mutex(Shared(loops: loops))
     }
 
-    /// Watches `loop` too, from the next look on. Any thread, before or after ``start(_:)``.
-    public func watch(_ loop: RunLoop) {
+    /// The shortest sample interval (see `init`).
+    public static let minimumSampleInterval: Duration = .milliseconds(1)
+
+    /// Watches `loop` too, from the next look on, under `name` in reports, logs and metrics (its
+    /// thread's name when nil). Any thread, before or after ``start(_:)``. Watching a loop again
+    /// renames it.
+    public func watch(_ loop: RunLoop, name: String? = nil) {
         let added = shared.locked { shared -> Bool in
+            if let name { shared.names[ObjectIdentifier(loop)] = name }
             guard !shared.loops.contains(loop) else { return false }
             shared.loops.append(loop)
             return shared.started
@@ -182,8 +239,12 @@ public final class StallMonitor: Sendable {
             }
             for item in batch {
                 var report = item.report
-                report.stacks = item.sampler.samples()
-                emit(item.ended ? .ended(report) : .began(report))
+                report.attribute(item.sampler.samples())
+                switch item.kind {
+                case .began: emit(.began(report))
+                case .ended: emit(.ended(report))
+                case .suppressed: emit(.suppressed(report))
+                }
             }
             if batch.isEmpty {
                 if done {
@@ -202,8 +263,8 @@ public final class StallMonitor: Sendable {
     }
 
     /// Hands an event to the reporting thread (sampling thread).
-    fileprivate func enqueue(ended: Bool, _ report: StallReport, _ sampler: StackSampler) {
-        shared.locked { $0.pending.append((ended, report, sampler)) }
+    fileprivate func enqueue(_ kind: PendingKind, _ report: StallReport, _ sampler: StackSampler) {
+        shared.locked { $0.pending.append((kind, report, sampler)) }
         reporter.locked { $0 }?.wake()
     }
 
@@ -211,6 +272,7 @@ public final class StallMonitor: Sendable {
 
     fileprivate var isStopping: Bool { shared.locked { $0.stopping } }
     fileprivate var loops: [RunLoop] { shared.locked { $0.loops } }
+    fileprivate func name(of loop: RunLoop) -> String { shared.locked { $0.names[ObjectIdentifier(loop)] } ?? loop.threadName }
     fileprivate func forget(_ loop: RunLoop) { shared.locked { $0.loops.removeAll { $0 === loop } } }
 
     fileprivate func emit(_ event: StallEvent) {
@@ -227,13 +289,17 @@ public final class StallMonitor: Sendable {
                         "run loop stall ended (\(report.endReason?.rawValue ?? "?"))",
                         metadata: MonitorReporting.metadata(report))
                 }
+            case .suppressed:
+                logger.notice(
+                    "\(report.suppressedSimilar) similar run loop stalls were not reported (back-off)",
+                    metadata: MonitorReporting.metadata(report))
             }
         }
         if case .ended = event {
-            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("thread", report.threadName)])
+            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("loop", report.loop)])
                 .recordNanoseconds(report.duration.saturatedNanoseconds)
         }
-        if let store {
+        if let store, !event.isSummary {
             do { try store.record(event) } catch {
                 logger?.error("cannot write the stall report to \(store.fileURL.path): \(error)")
             }
@@ -242,10 +308,10 @@ public final class StallMonitor: Sendable {
     }
 
     fileprivate func countStall(_ report: StallReport, suppressed: Bool) {
-        Counter(label: MonitorReporting.MetricName.stalls, dimensions: [("thread", report.threadName), ("phase", report.phase)])
+        Counter(label: MonitorReporting.MetricName.stalls, dimensions: [("loop", report.loop), ("phase", report.phase)])
             .increment()
         if suppressed {
-            Counter(label: MonitorReporting.MetricName.stallsSuppressed, dimensions: [("thread", report.threadName)])
+            Counter(label: MonitorReporting.MetricName.stallsSuppressed, dimensions: [("loop", report.loop)])
                 .increment()
             logger?.debug("run loop stall suppressed (same stack as earlier ones)", metadata: MonitorReporting.metadata(report))
         }
@@ -265,9 +331,12 @@ private final class Worker: @unchecked Sendable {
     // @unchecked: created by start(), then used only by the monitor's thread (its run()).
     let monitor: StallMonitor
     var watches: [ObjectIdentifier: Watch] = [:]
-    var backoff = StallBackoff()
+    var backoff: StallBackoff
 
-    init(monitor: StallMonitor) { self.monitor = monitor }
+    init(monitor: StallMonitor) {
+        self.monitor = monitor
+        backoff = StallBackoff(monitor.backoff)
+    }
 
     /// How long a sample waits for the stuck thread's handler: the thread must be scheduled to run
     /// it, which on a loaded machine can take longer than a sample interval.
@@ -276,13 +345,19 @@ private final class Worker: @unchecked Sendable {
     /// One watched loop.
     struct Watch {
         let loop: RunLoop
-        /// The pass the loop was last seen busy in.
+        /// The callout the loop was last seen busy in.
         var candidate: Candidate?
         var stall: Stall?
     }
 
-    struct Candidate {
+    /// What the loop is doing: a pass, and a callout (or a stretch of own work) in it.
+    struct Key: Equatable {
         let generation: UInt64
+        let callout: UInt32
+    }
+
+    struct Candidate {
+        let key: Key
         let busySince: ContinuousClock.Instant
         let seenAt: ContinuousClock.Instant
         let cpuAtSeen: Duration?
@@ -290,17 +365,23 @@ private final class Worker: @unchecked Sendable {
 
     struct Stall {
         let id: String
+        let key: Key
         let startedAt: Date
         let busySince: ContinuousClock.Instant
         let mode: String
         let phase: String
+        let item: String
         let threadName: String
+        let loopName: String
         let seenAt: ContinuousClock.Instant
         let cpuAtSeen: Duration?
+        /// The thread's CPU clock at the last sample, and when it was read.
+        var lastCPU: (time: Duration, at: ContinuousClock.Instant)?
         var sampler: StackSampler
         var nextSample: ContinuousClock.Instant
         var reported: Bool
         var suppressedSimilar: Int
+        let signature: [UInt64]
     }
 
     func run() {
@@ -308,11 +389,12 @@ private final class Worker: @unchecked Sendable {
             let next = round()
             if !monitor.isStopping { monitor.sleepOnThread(until: next) }
         }
-        // Stalls still going get their end, marked cut short.
+        // Stalls still going get their end, marked cut short; held-back ones their summary.
         for (key, watch) in watches {
             if var stall = watch.stall { finish(&stall, watch.loop, reason: .monitorStopped) }
             watches[key] = nil
         }
+        for (report, sampler) in backoff.drainSummaries() { monitor.enqueue(.suppressed, report, sampler) }
     }
 
     /// Looks at every loop once; returns when to look again.
@@ -327,6 +409,7 @@ private final class Worker: @unchecked Sendable {
             if watches[key] == nil { watches[key] = Watch(loop: loop) }
             if let wake = look(at: key) { next = min(next, wake) }
         }
+        for (report, sampler) in backoff.expiredSummaries(at: now) { monitor.enqueue(.suppressed, report, sampler) }
         return next
     }
 
@@ -335,6 +418,16 @@ private final class Worker: @unchecked Sendable {
         guard var watch = watches[key] else { return nil }
         defer { watches[key] = watch }
         let loop = watch.loop
+        let snapshot = loop.phaseSnapshot
+        let callout = loop.calloutSnapshot
+        let now = ContinuousClock.now
+        let busy = snapshot.phase != .waiting && snapshot.phase != .notRunning
+        let current = Key(generation: snapshot.generation, callout: callout.sequence)
+        // Moved on, whatever the thread did next (even if it has exited since).
+        if var stall = watch.stall, !busy || stall.key != current {
+            finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now))
+            watch.stall = nil
+        }
         if loop.hasThreadExited {
             if var stall = watch.stall { finish(&stall, loop, reason: .threadExited) }
             watch.stall = nil
@@ -344,25 +437,22 @@ private final class Worker: @unchecked Sendable {
             monitor.noteThreadExit(loop)
             return nil
         }
-        let snapshot = loop.phaseSnapshot
-        let now = ContinuousClock.now
-        guard snapshot.phase != .waiting, snapshot.phase != .notRunning else {
-            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now)) }
-            watch.stall = nil
+        guard busy else {
             watch.candidate = nil
             return nil
         }
-        if watch.candidate?.generation != snapshot.generation {
-            if var stall = watch.stall { finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now)) }
-            watch.stall = nil
+        if watch.candidate?.key != current {
+            // A later callout of a pass seen busy began after that look; the first callout of a new
+            // pass, when the loop stamps its work, when that work began.
+            let samePass = watch.candidate?.key.generation == current.generation
             watch.candidate = Candidate(
-                generation: snapshot.generation, busySince: min(snapshot.busySince ?? now, now), seenAt: now,
+                key: current, busySince: samePass ? now : min(snapshot.busySince ?? now, now), seenAt: now,
                 cpuAtSeen: ProcessThreads.cpuTime(of: loop.threadID))
         }
         let candidate = watch.candidate!
         if var stall = watch.stall {
             if now >= stall.nextSample {
-                if !stall.sampler.sample(timeout: captureTimeout) {
+                if !sample(&stall, loop) {
                     finish(&stall, loop, reason: .threadExited)
                     watch.stall = nil
                     return nil
@@ -371,7 +461,8 @@ private final class Worker: @unchecked Sendable {
             }
             if !stall.reported, now - stall.busySince >= max(.seconds(2), monitor.threshold * 4) {
                 stall.reported = true  // a hang is never hidden by the back-off
-                monitor.enqueue(ended: false, report(stall, loop, now: now), stall.sampler)
+                backoff.reportedAfterAll(stall.signature)
+                monitor.enqueue(.began, report(stall, loop, now: now), stall.sampler)
             }
             watch.stall = stall
             return stall.nextSample
@@ -386,28 +477,40 @@ private final class Worker: @unchecked Sendable {
         let signature = sampler.signature ?? []
         let decision = backoff.decide(signature, at: now)
         var stall = Stall(
-            id: UUID().uuidString, startedAt: Date(timeIntervalSinceNow: -busyFor.seconds), busySince: candidate.busySince,
-            mode: loop.currentMode?.rawValue ?? "?", phase: snapshot.phase.description,
-            threadName: ProcessThreads.name(of: loop.threadID) ?? loop.threadName, seenAt: candidate.seenAt,
-            cpuAtSeen: candidate.cpuAtSeen, sampler: sampler, nextSample: now + monitor.sampleInterval,
-            reported: decision.report, suppressedSimilar: decision.suppressedBefore)
+            id: UUID().uuidString, key: current, startedAt: Date(timeIntervalSinceNow: -busyFor.seconds),
+            busySince: candidate.busySince, mode: loop.currentMode?.rawValue ?? "?", phase: snapshot.phase.description,
+            item: callout.description, threadName: ProcessThreads.name(of: loop.threadID) ?? loop.threadName,
+            loopName: monitor.name(of: loop), seenAt: candidate.seenAt, cpuAtSeen: candidate.cpuAtSeen,
+            lastCPU: ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) }, sampler: sampler,
+            nextSample: now + monitor.sampleInterval, reported: decision.report,
+            suppressedSimilar: decision.suppressedBefore, signature: signature)
         let first = report(stall, loop, now: now)
         monitor.countStall(first, suppressed: !decision.report)
-        if stall.reported { monitor.enqueue(ended: false, first, stall.sampler) }
+        if stall.reported { monitor.enqueue(.began, first, stall.sampler) }
         stall.nextSample = now + monitor.sampleInterval
         watch.stall = stall
         return stall.nextSample
     }
 
+    /// One more sample of a stall, and the thread's CPU clock with it. False when the thread is
+    /// gone.
+    func sample(_ stall: inout Stall, _ loop: RunLoop) -> Bool {
+        guard stall.sampler.sample(timeout: captureTimeout) else { return false }
+        if let cpu = ProcessThreads.cpuTime(of: loop.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
+        return true
+    }
+
     func report(_ stall: Stall, _ loop: RunLoop, now: ContinuousClock.Instant, reason: StallReport.EndReason? = nil) -> StallReport {
-        let cpuNow = ProcessThreads.cpuTime(of: loop.threadID)
-        let cpu = cpuNow.flatMap { now in stall.cpuAtSeen.map { now - $0 } } ?? .zero
+        // The CPU clock now, or at the last sample when the thread has exited since.
+        let reading = ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) } ?? stall.lastCPU
+        let cpu = reading.flatMap { reading in stall.cpuAtSeen.map { reading.0 - $0 } } ?? .zero
+        let measuredOver = (reading?.1 ?? ContinuousClock.now) - stall.seenAt
         return StallReport(
             id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: loop.threadID, mode: stall.mode,
             phase: stall.phase, startedAt: stall.startedAt, duration: now - stall.busySince, threadCPUTime: cpu,
-            cpuMeasuredOver: ContinuousClock.now - stall.seenAt, stacks: [], sampleCount: stall.sampler.sampleCount,
+            cpuMeasuredOver: measuredOver, stacks: [], sampleCount: stall.sampler.sampleCount,
             endReason: reason, suppressedSimilar: stall.suppressedSimilar,
-            captureError: stall.sampler.lastError?.description)
+            captureError: stall.sampler.lastError?.description, loop: stall.loopName, item: stall.item)
     }
 
     /// When the loop moved on, as the loop stamped it: the start of its sleep, or of the next
@@ -423,33 +526,93 @@ private final class Worker: @unchecked Sendable {
         let now = end ?? ContinuousClock.now
         let final = report(stall, loop, now: now, reason: reason)
         if stall.reported {
-            monitor.enqueue(ended: true, final, stall.sampler)
+            monitor.enqueue(.ended, final, stall.sampler)
         } else {
-            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("thread", final.threadName)])
+            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("loop", final.loop)])
                 .recordNanoseconds(final.duration.saturatedNanoseconds)
+            backoff.heldBack(stall.signature, final, stall.sampler)
         }
     }
 }
 
-/// The back-off of repeated identical stalls (see ``StallMonitor``).
+/// The back-off of repeated similar stalls (see ``StallMonitor/Backoff``). Monitor thread only.
 struct StallBackoff {
-    private var seen: [[UInt64]: (count: Int, suppressed: Int, last: ContinuousClock.Instant)] = [:]
-    static let forgetAfter: Duration = .seconds(600)
+    let rule: StallMonitor.Backoff
+    private var seen: [[UInt64]: Entry] = [:]
 
-    /// Whether the stall with `signature` is reported, and how many like it were suppressed since
-    /// the last one reported.
+    struct Entry {
+        var count = 0
+        /// Held back since the last report of this signature (counted in its next report).
+        var suppressed = 0
+        var last: ContinuousClock.Instant
+        /// The last stall held back, for the summary.
+        var lastHeldBack: (report: StallReport, sampler: StackSampler)?
+    }
+
+    init(_ rule: StallMonitor.Backoff) { self.rule = rule }
+
+    private var forgetAfter: Duration? {
+        switch rule {
+        case .none: nil
+        case .fibonacci(let forgetAfter): max(forgetAfter, .zero)
+        }
+    }
+
+    /// Whether the stall with `signature` is reported, and how many like it were held back since
+    /// the last one reported (what its report says).
     mutating func decide(_ signature: [UInt64], at now: ContinuousClock.Instant) -> (report: Bool, suppressedBefore: Int) {
-        guard !signature.isEmpty else { return (true, 0) }
-        var entry = seen[signature] ?? (0, 0, now)
-        if now - entry.last > Self.forgetAfter { entry = (0, 0, now) }
+        guard let forgetAfter, !signature.isEmpty else { return (true, 0) }
+        var entry = seen[signature] ?? Entry(last: now)
+        if now - entry.last > forgetAfter { entry = Entry(last: now) }
         entry.count += 1
         entry.last = now
         let report = Self.isFibonacci(entry.count)
         let suppressedBefore = entry.suppressed
-        entry.suppressed = report ? 0 : entry.suppressed + 1
+        if report {
+            entry.suppressed = 0
+            entry.lastHeldBack = nil
+        } else {
+            entry.suppressed += 1
+        }
         seen[signature] = entry
-        if seen.count > 1024 { seen = seen.filter { now - $0.value.last <= Self.forgetAfter } }
         return (report, report ? suppressedBefore : 0)
+    }
+
+    /// A held-back stall ended: kept for the summary.
+    mutating func heldBack(_ signature: [UInt64], _ report: StallReport, _ sampler: StackSampler) {
+        guard seen[signature] != nil else { return }
+        seen[signature]!.lastHeldBack = (report, sampler)
+    }
+
+    /// A held-back stall lasted long enough to be reported after all: not counted as held back.
+    mutating func reportedAfterAll(_ signature: [UInt64]) {
+        guard let entry = seen[signature], entry.suppressed > 0 else { return }
+        seen[signature]!.suppressed = entry.suppressed - 1
+    }
+
+    /// Summaries of the signatures forgotten by now (no such stall for `forgetAfter`) that held
+    /// stalls back since their last report.
+    mutating func expiredSummaries(at now: ContinuousClock.Instant) -> [(StallReport, StackSampler)] {
+        guard let forgetAfter, !seen.isEmpty else { return [] }
+        var summaries: [(StallReport, StackSampler)] = []
+        for (signature, entry) in seen where now - entry.last > forgetAfter {
+            if let summary = Self.summary(entry) { summaries.append(summary) }
+            seen[signature] = nil
+        }
+        return summaries
+    }
+
+    /// Summaries of every signature that held stalls back since its last report (at stop).
+    mutating func drainSummaries() -> [(StallReport, StackSampler)] {
+        defer { seen.removeAll() }
+        return seen.values.compactMap(Self.summary).sorted { $0.0.startedAt < $1.0.startedAt }
+    }
+
+    private static func summary(_ entry: Entry) -> (StallReport, StackSampler)? {
+        guard entry.suppressed > 0, let (last, sampler) = entry.lastHeldBack else { return nil }
+        var report = last
+        report.suppressedSimilar = entry.suppressed
+        return (report, sampler)
     }
 
     static func isFibonacci(_ n: Int) -> Bool {

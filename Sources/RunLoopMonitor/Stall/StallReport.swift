@@ -9,12 +9,21 @@ public enum StallEvent: Sendable {
     /// The loop moved on (or the monitor stopped, or the thread exited: see
     /// ``StallReport/endReason``). The report holds the total duration and every sampled stack.
     case ended(StallReport)
+    /// Stalls the back-off held back and no delivered report has counted yet (see
+    /// ``StallMonitor/Backoff``): the last one's report, whose ``StallReport/suppressedSimilar`` is
+    /// how many were held back. Sent when their signature is forgotten, and when the monitor stops.
+    case suppressed(StallReport)
 
-    /// The report either case carries.
+    /// The report the case carries.
     public var report: StallReport {
         switch self {
-        case .began(let report), .ended(let report): report
+        case .began(let report), .ended(let report), .suppressed(let report): report
         }
+    }
+
+    /// Whether this is a ``suppressed(_:)`` summary (not written to a ``StallReportStore``).
+    public var isSummary: Bool {
+        if case .suppressed = self { true } else { false }
     }
 }
 
@@ -39,7 +48,9 @@ public struct StallReport: Sendable, Codable, Hashable {
     public var id: String
     /// The process that stalled.
     public var processID: Int32
-    /// The stuck thread's name (as the kernel shows it, 15 characters at most).
+    /// The stuck thread's name as the kernel shows it (15 characters at most; a Foundation
+    /// `Thread` named before `start()` shows the process's name there): ``loop`` is the name to
+    /// rely on.
     public var threadName: String
     /// The stuck thread's kernel id.
     public var threadID: Int32
@@ -69,6 +80,22 @@ public struct StallReport: Sendable, Codable, Hashable {
     public var suppressedSimilar: Int
     /// Why no stack could be taken, when none could.
     public var captureError: String?
+    /// The loop's name: the one given to ``StallMonitor/watch(_:name:)`` (or the monitor's
+    /// initializer), else the thread's name when the loop was made.
+    public var loop: String
+    /// The item the loop was calling out to (its label, else its kind: `block`, `timer`,
+    /// `observer`, `source`, `descriptor source`, `message port`, `main queue`), or `the loop's own
+    /// work` for a stall between callouts (see ``RunLoop/CalloutSnapshot``).
+    public var item: String
+    /// Where the loop was stuck, in a word: the deepest frame of the application's own code on the
+    /// heaviest path of the samples' call tree (``CallTree/blamed``); when that path holds none,
+    /// the innermost named frame outside the system libraries of the most frequent stack. Nil
+    /// before the report is symbolicated, or when no stack was taken.
+    public var stuckIn: String?
+    /// Every sample, folded (`outer;…;inner count` per line, see ``CallTree/folded``): a flame
+    /// graph's input (``FlameGraphPage``, `flamegraph.pl`, speedscope). ``stacks`` keeps only the
+    /// most frequent distinct stacks.
+    public var foldedStacks: String
 
     /// The stuck thread's busy share over the stall: ``threadCPUTime`` / ``cpuMeasuredOver``.
     public var cpuRatio: Double {
@@ -79,18 +106,16 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// Whether ``StallMonitor/stop()`` ended the report before the loop moved on.
     public var isCutShort: Bool { endReason == .monitorStopped }
 
-    /// Where the loop was stuck, in a word: in the most frequent stack, the innermost frame of the
-    /// application's own code (named, with a source file that is not the Swift toolchain's: a
-    /// standard-library function specialized into the binary is not blamed), else the innermost
-    /// named frame outside the C library, the Swift runtime and a sanitizer's runtime.
-    public var stuckIn: String? { StackSample.culprit(in: stacks) }
+    /// How many distinct stacks ``stacks`` keeps (the most frequent); ``foldedStacks`` keeps all.
+    public static let keptStacks = 8
 
     /// A report with every field given.
     public init(
         id: String, processID: Int32, threadName: String, threadID: Int32, mode: String, phase: String,
         startedAt: Date, duration: Duration, threadCPUTime: Duration, cpuMeasuredOver: Duration,
         stacks: [StackSample], sampleCount: Int, endReason: EndReason? = nil, suppressedSimilar: Int = 0,
-        captureError: String? = nil
+        captureError: String? = nil, loop: String? = nil, item: String = "", stuckIn: String? = nil,
+        foldedStacks: String = ""
     ) {
         self.id = id
         self.processID = processID
@@ -107,11 +132,24 @@ public struct StallReport: Sendable, Codable, Hashable {
         self.endReason = endReason
         self.suppressedSimilar = suppressedSimilar
         self.captureError = captureError
+        self.loop = loop ?? threadName
+        self.item = item
+        self.stuckIn = stuckIn ?? StackSample.culprit(in: stacks)
+        self.foldedStacks = foldedStacks
+    }
+
+    /// Fills ``stacks``, ``stuckIn`` and ``foldedStacks`` from every sample of the stall.
+    mutating func attribute(_ samples: [StackSample]) {
+        let tree = CallTree(samples)
+        stacks = Array(samples.prefix(Self.keptStacks))
+        stuckIn = tree.blamed ?? StackSample.culprit(in: samples)
+        foldedStacks = tree.folded
     }
 
     private enum CodingKeys: String, CodingKey {
         case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
         case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
+        case loop, item, stuckIn, foldedStacks
     }
 
     /// Decodes the JSON form described above.
@@ -132,6 +170,10 @@ public struct StallReport: Sendable, Codable, Hashable {
         endReason = try c.decodeIfPresent(EndReason.self, forKey: .endReason)
         suppressedSimilar = try c.decodeIfPresent(Int.self, forKey: .suppressedSimilar) ?? 0
         captureError = try c.decodeIfPresent(String.self, forKey: .captureError)
+        loop = try c.decodeIfPresent(String.self, forKey: .loop) ?? threadName
+        item = try c.decodeIfPresent(String.self, forKey: .item) ?? ""
+        stuckIn = try c.decodeIfPresent(String.self, forKey: .stuckIn) ?? StackSample.culprit(in: stacks)
+        foldedStacks = try c.decodeIfPresent(String.self, forKey: .foldedStacks) ?? ""
     }
 
     /// Encodes the JSON form described above.
@@ -152,6 +194,10 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encodeIfPresent(endReason, forKey: .endReason)
         try c.encode(suppressedSimilar, forKey: .suppressedSimilar)
         try c.encodeIfPresent(captureError, forKey: .captureError)
+        try c.encode(loop, forKey: .loop)
+        try c.encode(item, forKey: .item)
+        try c.encodeIfPresent(stuckIn, forKey: .stuckIn)
+        try c.encode(foldedStacks, forKey: .foldedStacks)
     }
 }
 

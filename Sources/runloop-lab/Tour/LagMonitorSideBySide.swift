@@ -287,6 +287,7 @@ extension StallEvent {
         switch self {
         case .began: ".began"
         case .ended: ".ended"
+        case .suppressed: ".suppressed"
         }
     }
 }

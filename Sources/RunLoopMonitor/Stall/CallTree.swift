@@ -1,0 +1,126 @@
+import Foundation
+
+/// Stack samples merged into a call tree, root to leaf, with how many samples passed through each
+/// node: what a stall's blame (``StallReport/stuckIn``) and its flame graph come from.
+///
+/// Nodes are functions: two samples that differ only in the instruction or line inside the same
+/// functions share their nodes, and so do the innermost frames of samples taken in different
+/// leaves (`clock_gettime` in one sample, `swift_get_time` in another) up to where they part.
+public struct CallTree: Sendable, Hashable {
+    /// One function on a path from the root.
+    public struct Node: Sendable, Hashable {
+        /// The function (``StackFrame/symbol``, else `image+0xoffset`).
+        public var name: String
+        /// A frame of it, as first sampled (image, file and line).
+        public var frame: StackFrame
+        /// Samples whose stack passes through this node.
+        public var count: Int
+        /// Callees, in the order first seen.
+        public var children: [Node]
+    }
+
+    /// The outermost functions (usually the thread's entry), in the order first seen.
+    public private(set) var roots: [Node] = []
+    /// Samples merged in.
+    public private(set) var sampleCount = 0
+
+    /// An empty tree.
+    public init() {}
+
+    /// A tree of `samples` (each stack innermost frame first, as captured).
+    public init(_ samples: [StackSample]) {
+        for sample in samples { add(sample.frames, count: sample.count) }
+    }
+
+    /// Merges a stack (innermost frame first) seen `count` times.
+    ///
+    /// - Complexity: O(depth × fan-out).
+    public mutating func add(_ frames: [StackFrame], count: Int) {
+        guard count > 0, !frames.isEmpty else { return }
+        sampleCount += count
+        Self.insert(frames.reversed()[...], count: count, into: &roots)
+    }
+
+    private static func insert(_ path: ArraySlice<StackFrame>, count: Int, into nodes: inout [Node]) {
+        guard let frame = path.first else { return }
+        let name = Self.name(of: frame)
+        if let index = nodes.firstIndex(where: { $0.name == name }) {
+            nodes[index].count += count
+            insert(path.dropFirst(), count: count, into: &nodes[index].children)
+        } else {
+            var node = Node(name: name, frame: frame, count: count, children: [])
+            insert(path.dropFirst(), count: count, into: &node.children)
+            nodes.append(node)
+        }
+    }
+
+    static func name(of frame: StackFrame) -> String {
+        frame.symbol ?? "\(frame.image.split(separator: "/").last.map(String.init) ?? "?")+0x\(String(frame.imageOffset, radix: 16))"
+    }
+
+    /// The heaviest path: from the root, the heaviest child (the first seen among equals) as long
+    /// as it holds at least half of all samples.
+    public var heaviestPath: [Node] {
+        var path: [Node] = []
+        var level = roots
+        while let heaviest = level.enumerated().max(by: { ($0.element.count, -$0.offset) < ($1.element.count, -$1.offset) })?.element,
+            heaviest.count * 2 >= sampleCount
+        {
+            path.append(heaviest)
+            level = heaviest.children
+        }
+        return path
+    }
+
+    /// Where the samples say the thread was stuck: the deepest frame of the application's own code
+    /// (not the C library, the Swift runtime and standard library, libdispatch, Foundation, a
+    /// sanitizer's runtime, or RunLoopKit's own modules) on the ``heaviestPath``; nil when that
+    /// path holds none (see ``StallReport/stuckIn`` for what is said then).
+    public var blamed: String? {
+        heaviestPath.last { Self.isApplicationCode($0.frame) }?.name
+    }
+
+    /// Whether `frame` is the application's own code: named, in an image that is not a system or
+    /// toolchain library, from a source file that is not the Swift toolchain's or compiler-made,
+    /// and not in RunLoopKit's own modules.
+    static func isApplicationCode(_ frame: StackFrame) -> Bool {
+        guard let symbol = frame.symbol else { return false }
+        let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
+        for prefix in systemImagePrefixes where image.hasPrefix(prefix) { return false }
+        for prefix in runtimeSymbolPrefixes where symbol.hasPrefix(prefix) { return false }
+        guard let file = frame.file else { return false }
+        if file.contains("/swift/stdlib/") || file.contains("<compiler-generated>") || file.hasPrefix("/usr/") { return false }
+        for module in libraryModules where file.contains("/Sources/\(module)/") { return false }
+        return true
+    }
+
+    static let systemImagePrefixes = [
+        "libc.so", "libc-", "libm.so", "libpthread", "ld-linux", "linux-vdso", "libgcc_s", "libstdc++", "libswiftCore",
+        "libswift_", "libswiftDispatch", "libswiftGlibc", "libswiftSynchronization", "libdispatch", "libBlocksRuntime",
+        "libFoundation", "libswiftFoundation", "lib_Foundation", "libFoundationEssentials", "libFoundationNetworking",
+        "libFoundationXML", "libswiftRuntime", "libicu",
+    ]
+    static let runtimeSymbolPrefixes = [
+        "__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_",
+        "__GI_", "__libc_", "clock_gettime", "__clock_gettime",
+    ]
+    static let libraryModules = ["RunLoopKit", "RunLoopMonitor", "RunLoopScheduling", "RunLoopTesting", "CRunLoopKit", "CRunLoopMonitor"]
+
+    /// The tree as folded stacks, one line per distinct root-to-leaf path, `outer;…;inner count`:
+    /// what `flamegraph.pl`, speedscope and Perfetto read. Semicolons in names become colons.
+    public var folded: String {
+        var lines: [String] = []
+        func walk(_ node: Node, _ prefix: String) {
+            let path = prefix.isEmpty ? Self.foldedName(node.name) : prefix + ";" + Self.foldedName(node.name)
+            let below = node.children.reduce(0) { $0 + $1.count }
+            if node.count > below { lines.append("\(path) \(node.count - below)") }
+            for child in node.children { walk(child, path) }
+        }
+        for root in roots { walk(root, "") }
+        return lines.joined(separator: "\n")
+    }
+
+    private static func foldedName(_ name: String) -> String {
+        name.replacingOccurrences(of: ";", with: ":").replacingOccurrences(of: "\n", with: " ")
+    }
+}
