@@ -1,5 +1,8 @@
 // Stall-monitor scenarios that need a process of their own (RunLoopMonitorTests launch them):
 //
+//   trust [NAME]      what a monitor must do in a real program (Trust.swift): blocked stalls read
+//                     without changing them, one stall per callout, blame, end, back-off; prints
+//                     ok/FAIL lines, exits 1 on a failure. NAME runs one scenario.
 //   stall DIR?        a 400 ms busy stall and a 400 ms blocked stall on a watched loop; prints each
 //                     event as a JSON line ("began"/"ended" + the report), then "done". In a
 //                     release build (frame pointers omitted) this checks the unwinder CI relies on.
@@ -31,6 +34,8 @@ func printJSON(_ event: String, _ report: StallReport) {
 }
 
 switch scenario {
+case "trust":
+    Trust.run(only: arguments.count > 2 ? arguments[2] : nil)
 case "stall":
     Probes.stall()
 case "hang":
@@ -46,6 +51,6 @@ case "bad-interval":
 case "fork":
     Probes.forkWithRunningMonitors()
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork\n".utf8))
     exit(2)
 }

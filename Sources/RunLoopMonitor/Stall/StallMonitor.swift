@@ -25,10 +25,12 @@ import Synchronization
 ///   stalled; a loop that is not running is not watched; a callout that runs the loop nested
 ///   ends when the nested run's first callout begins (the loop moved).
 /// - **When**: the monitor looks at every loop once per `sampleInterval`; a callout is timed from
-///   the first look that saw it. So `.began` comes within `threshold` + one `sampleInterval` of
-///   the stall's start, and durations are exact to one `sampleInterval` (plus however late the
-///   monitor's thread gets a CPU). `.ended` comes within one `sampleInterval` of the loop moving
-///   on, with the total duration.
+///   the last look that saw the loop elsewhere (it began after that) to the first look that sees
+///   it moved on (it ended before that), or from and to the loop's own stamps where a
+///   `RunLoop.watchPhases()` token makes it stamp them. So a reported duration is never shorter
+///   than the callout and at most two sample intervals longer (plus however late the monitor's
+///   thread gets a CPU); `.began` comes within `threshold` + one `sampleInterval` of the stall's
+///   start, `.ended` within one `sampleInterval` of the loop moving on.
 /// - **Watching does not change the program.** A stuck thread that is blocked in the kernel
 ///   (`usleep`, `sleep`, `nanosleep`, `poll`, `epoll_wait`, `read`, a lock's futex…) is never
 ///   signalled: its stack is read where the kernel parked it (``RawStack/Unwinder/parkedInKernel``),
@@ -347,6 +349,8 @@ private final class Worker: @unchecked Sendable {
         let loop: RunLoop
         /// The callout the loop was last seen busy in.
         var candidate: Candidate?
+        /// When the monitor last looked at the loop.
+        var lastLook: ContinuousClock.Instant?
         var stall: Stall?
     }
 
@@ -421,6 +425,8 @@ private final class Worker: @unchecked Sendable {
         let snapshot = loop.phaseSnapshot
         let callout = loop.calloutSnapshot
         let now = ContinuousClock.now
+        let previousLook = watch.lastLook
+        watch.lastLook = now
         let busy = snapshot.phase != .waiting && snapshot.phase != .notRunning
         let current = Key(generation: snapshot.generation, callout: callout.sequence)
         // Moved on, whatever the thread did next (even if it has exited since).
@@ -442,12 +448,14 @@ private final class Worker: @unchecked Sendable {
             return nil
         }
         if watch.candidate?.key != current {
-            // A later callout of a pass seen busy began after that look; the first callout of a new
-            // pass, when the loop stamps its work, when that work began.
+            // Timed from the last look that saw the loop elsewhere (the callout began after it), or
+            // from when the loop stamped the pass's work, if it does and that is later: a duration
+            // is never shorter than the callout, and at most a sample interval longer at its start.
             let samePass = watch.candidate?.key.generation == current.generation
+            var since = previousLook ?? now
+            if !samePass, let stamped = snapshot.busySince, stamped > since { since = stamped }
             watch.candidate = Candidate(
-                key: current, busySince: samePass ? now : min(snapshot.busySince ?? now, now), seenAt: now,
-                cpuAtSeen: ProcessThreads.cpuTime(of: loop.threadID))
+                key: current, busySince: min(since, now), seenAt: now, cpuAtSeen: ProcessThreads.cpuTime(of: loop.threadID))
         }
         let candidate = watch.candidate!
         if var stall = watch.stall {

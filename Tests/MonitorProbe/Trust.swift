@@ -1,0 +1,244 @@
+import Foundation
+import Glibc
+import RunLoopKit
+import class RunLoopKit.RunLoop
+import RunLoopMonitor
+import Synchronization
+
+// What a stall monitor must do in a real program, checked here in a process of its own so that
+// CI runs it built both ways: in debug (RunLoopMonitorTests launch it) and in release (-O, no
+// frame pointers). Each scenario prints `ok: …` or `FAIL: …`; the probe exits 1 on any failure.
+
+/// Sleeps in glibc's usleep: a blocked stall's own function, which the report must name through
+/// libc's sleep frames.
+@inline(never)
+func probeSleepInUsleep(_ microseconds: UInt32) -> (result: Int32, errno: Int32) {
+    let result = usleep(microseconds)
+    return (result, errno)
+}
+
+/// sleep(3) for `seconds`.
+@inline(never)
+func probeSleepInSleep(_ seconds: UInt32) -> UInt32 {
+    sleep(seconds)
+}
+
+/// Busy for `duration` (a task's own function: the loop is inline, not in a helper).
+@inline(never)
+func probeTaskOne(_ duration: Duration) -> Double {
+    let deadline = ContinuousClock.now + duration
+    var x = 1.0
+    while ContinuousClock.now < deadline {
+        for i in 0..<1000 { x = x * 1.000001 + Double(i & 7) }
+    }
+    return x
+}
+
+/// The same work as ``probeTaskOne(_:)``, under another name.
+@inline(never)
+func probeTaskTwo(_ duration: Duration) -> Double {
+    let deadline = ContinuousClock.now + duration
+    var x = 2.0
+    while ContinuousClock.now < deadline {
+        for i in 0..<1000 { x = x * 1.000001 + Double(i & 7) }
+    }
+    return x
+}
+
+/// A short nap in usleep: the back-off scenario's identical stalls.
+@inline(never)
+func probeNap() { _ = usleep(150_000) }
+
+/// Events of one monitor, and a way to wait for them.
+final class ProbeEvents: Sendable {
+    private let events = Mutex<[StallEvent]>([])
+    private let arrived = DispatchSemaphore(value: 0)
+
+    func append(_ event: StallEvent) {
+        events.withLock { $0.append(event) }
+        arrived.signal()
+    }
+
+    var all: [StallEvent] { events.withLock { $0 } }
+
+    /// Waits until `count` ended reports came, up to `timeout`.
+    func waitForEnded(_ count: Int, timeout: Duration = .seconds(20)) -> [StallReport] {
+        let deadline = ContinuousClock.now + timeout
+        while ended.count < count, ContinuousClock.now < deadline { _ = arrived.wait(timeout: .now() + .milliseconds(100)) }
+        return ended
+    }
+
+    var began: [StallReport] { all.compactMap { if case .began(let report) = $0 { report } else { nil } } }
+    var ended: [StallReport] { all.compactMap { if case .ended(let report) = $0 { report } else { nil } } }
+    var summaries: [StallReport] { all.compactMap { if case .suppressed(let report) = $0 { report } else { nil } } }
+}
+
+enum Trust {
+    nonisolated(unsafe) static var failures = 0
+
+    static func check(_ condition: Bool, _ what: String, _ detail: @autoclosure () -> String = "") {
+        if condition {
+            say("ok: \(what)")
+        } else {
+            failures += 1
+            say("FAIL: \(what) \(detail())")
+        }
+    }
+
+    static func ms(_ duration: Duration) -> String {
+        "\(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000) ms"
+    }
+
+    static func run(only: String?) {
+        let scenarios: [(String, () -> Void)] = [
+            ("usleep", usleepBlock), ("sleep", sleepInTimer), ("tasks", twoTasks), ("exit", busyTimerThenExit),
+            ("backoff", backoff),
+        ]
+        for (name, scenario) in scenarios where only == nil || only == name { scenario() }
+        say(failures == 0 ? "done" : "done with \(failures) failures")
+        exit(failures == 0 ? 0 : 1)
+    }
+
+    /// A block that sleeps 500 ms in usleep, sampled every 10 ms: the sleep lasts its full time
+    /// (the monitor never interrupts it), and the report names the block's function, lasts at
+    /// least 495 ms, and shows the thread idle.
+    static func usleepBlock() {
+        let worker = PermanentThread(name: "usleep-loop")
+        let events = ProbeEvents()
+        let monitor = StallMonitor(
+            loop: worker.loop, name: "usleep loop", threshold: .milliseconds(100), sampleInterval: .milliseconds(10),
+            backoff: .none, logger: nil)
+        monitor.start { events.append($0) }
+        let outcome = Mutex<(Int32, Int32, Duration)?>(nil)
+        try? worker.execute {
+            let start = ContinuousClock.now
+            let (result, error) = probeSleepInUsleep(500_000)
+            outcome.withLock { $0 = (result, error, ContinuousClock.now - start) }
+        }
+        let ended = events.waitForEnded(1)
+        monitor.stop()
+        worker.stop()
+        guard let report = ended.first, let (result, error, slept) = outcome.withLock({ $0 }) else {
+            check(false, "usleep: a stall was reported", "\(events.all.count) events")
+            return
+        }
+        check(result == 0 && slept >= .milliseconds(495), "usleep: the block slept its full 500 ms", "(usleep \(result), errno \(error), \(ms(slept)))")
+        check(report.stuckIn?.contains("probeSleepInUsleep") == true, "usleep: stuckIn names the block's function", "(\(report.stuckIn ?? "nil"))")
+        check(report.duration >= .milliseconds(495), "usleep: the report lasts at least 495 ms", "(\(ms(report.duration)))")
+        check(report.cpuRatio < 0.1, "usleep: CPU under 10 % of the stall", "(\(Int(report.cpuRatio * 100)) %)")
+        check(report.item == "block" && report.loop == "usleep loop", "usleep: the report names the item and the loop", "(\(report.item), \(report.loop))")
+        say("usleep: stuck in \(report.stuckIn ?? "?") for \(ms(report.duration)), \(report.sampleCount) samples, CPU \(ms(report.threadCPUTime))")
+    }
+
+    /// sleep(2) in a timer callout: the sleep lasts 2 s, and so does the stall.
+    static func sleepInTimer() {
+        let worker = PermanentThread(name: "sleep-loop")
+        let events = ProbeEvents()
+        let monitor = StallMonitor(
+            loop: worker.loop, threshold: .milliseconds(200), sampleInterval: .milliseconds(10), backoff: .none, logger: nil)
+        monitor.start { events.append($0) }
+        let outcome = Mutex<(UInt32, Duration)?>(nil)
+        let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
+            let start = ContinuousClock.now
+            let left = probeSleepInSleep(2)
+            outcome.withLock { $0 = (left, ContinuousClock.now - start) }
+        }
+        timer.label = "two-second timer"
+        worker.loop.add(timer, forMode: .default)
+        let ended = events.waitForEnded(1)
+        monitor.stop()
+        worker.stop()
+        guard let report = ended.first, let (left, slept) = outcome.withLock({ $0 }) else {
+            check(false, "sleep: a stall was reported")
+            return
+        }
+        check(left == 0 && slept >= .seconds(2), "sleep: sleep(2) slept its full 2 s", "(left \(left), \(ms(slept)))")
+        check(report.duration >= .seconds(2), "sleep: the stall lasts at least 2 s", "(\(ms(report.duration)))")
+        check(report.item == "two-second timer" && report.phase == "timers", "sleep: the report names the timer", "(\(report.item), \(report.phase))")
+        check(report.stuckIn?.contains("probeSleepInSleep") == true || report.stuckIn?.contains("closure") == true,
+              "sleep: stuckIn names the timer's code", "(\(report.stuckIn ?? "nil"))")
+    }
+
+    /// Two 300 ms tasks queued together: two stalls, each naming its own function.
+    static func twoTasks() {
+        let worker = PermanentThread(name: "tasks-loop")
+        let events = ProbeEvents()
+        let monitor = StallMonitor(
+            loop: worker.loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(10), backoff: .none, logger: nil)
+        monitor.start { events.append($0) }
+        // Both queued before the loop runs either: one pass runs them as two blocks.
+        try? worker.execute {
+            worker.loop.perform { _ = probeTaskOne(.milliseconds(300)) }
+            worker.loop.perform { _ = probeTaskTwo(.milliseconds(300)) }
+        }
+        let ended = events.waitForEnded(2)
+        monitor.stop()
+        worker.stop()
+        check(ended.count == 2, "tasks: two stalls reported", "(\(ended.count): \(ended.map { ms($0.duration) }))")
+        guard ended.count == 2 else { return }
+        check(ended[0].stuckIn?.contains("probeTaskOne") == true && ended[1].stuckIn?.contains("probeTaskTwo") == true,
+              "tasks: each names its own function", "(\(ended.map { $0.stuckIn ?? "nil" }))")
+        check(ended.allSatisfy { $0.duration >= .milliseconds(290) && $0.duration < .milliseconds(500) },
+              "tasks: each lasts its own 300 ms", "(\(ended.map { ms($0.duration) }))")
+    }
+
+    /// A one-shot timer busy for 600 ms, then the run ends and the thread exits: the stall ended
+    /// because the loop moved on, and the CPU seen up to the last sample is reported.
+    static func busyTimerThenExit() {
+        let events = ProbeEvents()
+        let made = DispatchSemaphore(value: 0)
+        let go = DispatchSemaphore(value: 0)
+        let loopCell = Mutex<RunLoop?>(nil)
+        let thread = Thread {
+            let loop = RunLoop.current
+            loopCell.withLock { $0 = loop }
+            made.signal()
+            go.wait()
+            let timer = RunLoopTimer(after: .zero) { _ in _ = probeTaskOne(.milliseconds(600)) }
+            loop.add(timer, forMode: .default)
+            loop.run(mode: .default, for: .seconds(10))
+        }
+        thread.start()
+        made.wait()
+        let loop = loopCell.withLock { $0 }!
+        let monitor = StallMonitor(loop: loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(10), backoff: .none, logger: nil)
+        monitor.start { events.append($0) }
+        go.signal()
+        let ended = events.waitForEnded(1)
+        monitor.stop()
+        guard let report = ended.first else {
+            check(false, "exit: a stall was reported")
+            return
+        }
+        check(report.endReason == .movedOn, "exit: the stall ended movedOn", "(\(report.endReason?.rawValue ?? "nil"))")
+        check(report.threadCPUTime >= report.duration * 0.7, "exit: CPU at least 70 % of the duration",
+              "(CPU \(ms(report.threadCPUTime)) of \(ms(report.duration)))")
+    }
+
+    /// Six identical 150 ms stalls: all six reported with back-off off; with it on, the 1st, 2nd,
+    /// 3rd and 5th are, and the two held back are counted in a delivered report.
+    static func backoff() {
+        for rule in [StallMonitor.Backoff.none, .standard] {
+            let worker = PermanentThread(name: "backoff-loop")
+            let events = ProbeEvents()
+            let monitor = StallMonitor(
+                loop: worker.loop, threshold: .milliseconds(60), sampleInterval: .milliseconds(10), backoff: rule, logger: nil)
+            monitor.start { events.append($0) }
+            for _ in 0..<6 {
+                _ = try? worker.executeAndWait { probeNap() }
+                usleep(30_000)  // the monitor sees the loop asleep between them
+            }
+            monitor.stop()
+            worker.stop()
+            let began = events.began
+            let counted = began.count + began.reduce(0) { $0 + $1.suppressedSimilar } + events.summaries.reduce(0) { $0 + $1.suppressedSimilar }
+            if rule == .none {
+                check(began.count == 6 && events.ended.count == 6, "backoff off: 6 stalls, 6 reports", "(\(began.count) began, \(events.ended.count) ended)")
+            } else {
+                check(began.count == 4, "backoff on: the 1st, 2nd, 3rd and 5th reported", "(\(began.count) began)")
+                check(counted == 6, "backoff on: every held-back stall is counted in a delivered report",
+                      "(\(began.map(\.suppressedSimilar)) + summaries \(events.summaries.map(\.suppressedSimilar)))")
+            }
+        }
+    }
+}
