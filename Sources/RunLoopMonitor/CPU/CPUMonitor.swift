@@ -115,6 +115,13 @@ public final class CPUMonitor: Sendable {
         if thread.isCurrent { thread.detach() } else { thread.join() }
     }
 
+    /// Runs `count` windows of the monitor's scan on the calling thread, each at once instead of at
+    /// its end, with the state accesses a real window makes (a test's way to run many windows
+    /// fast). Only while the monitor runs (its own thread keeps scanning meanwhile).
+    package func runWindowsForTesting(_ count: Int) {
+        CPUScanner(monitor: self).run(windows: count, waits: false)
+    }
+
     fileprivate var isStopping: Bool { state.locked { $0.stopping } }
 
     fileprivate func sleep(until deadline: ContinuousClock.Instant) { thread.locked { $0 }?.sleep(until: deadline) }
@@ -186,19 +193,24 @@ public struct ThreadCPUSampler: Sendable {
 }
 
 private final class CPUScanner: @unchecked Sendable {
-    // @unchecked: made by start(), then used only on the monitor's thread (run()).
+    // @unchecked: made by start() (or runWindowsForTesting), then used only on the one thread
+    // that calls run().
     let monitor: CPUMonitor
     var scan = ThreadCPUSampler()
 
     init(monitor: CPUMonitor) { self.monitor = monitor }
 
-    func run() {
+    /// Scans every window until the monitor stops. `limit` windows at most; `waits: false` scans
+    /// the next window at once instead of at its end (``CPUMonitor/runWindowsForTesting(_:)``).
+    func run(windows limit: Int = .max, waits: Bool = true) {
         let ownID = ProcessThreads.ownID
         var next = ContinuousClock.now
         _ = scan.sample(now: next)
-        while !monitor.isStopping {
+        var windows = 0
+        while windows < limit, !monitor.isStopping {
+            windows += 1
             next = next + monitor.window
-            monitor.sleep(until: next)
+            if waits { monitor.sleep(until: next) }
             if monitor.isStopping { break }
             let now = ContinuousClock.now
             if now - next > monitor.window { next = now }  // fell behind (suspended): start over
