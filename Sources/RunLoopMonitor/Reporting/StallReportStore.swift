@@ -11,6 +11,12 @@ import Synchronization
 /// no `ended`: ``unfinished()`` returns those of processes that are no longer running, and
 /// ``acknowledge(_:)`` marks them handled so that the next launch does not report them again.
 ///
+/// A process is told apart by its pid, the boot id and its start time (``StallReport/bootID``,
+/// ``StallReport/processStartTime``, written into each report of the store's own process): in a
+/// container the restarted app usually has the pid its killed predecessor had (the namespace's
+/// first process is pid 1 every time), and a pid can be used again anywhere, so a pid alone would
+/// take the predecessor for still running and never report its hang.
+///
 /// The file is `stalls.jsonl` in the directory; each line is one object:
 ///
 /// ```json
@@ -56,14 +62,24 @@ public final class StallReportStore: Sendable {
         var id: String?
     }
 
-    /// Writes `event`'s report: a `began` or an `ended` line.
+    /// Writes `event`'s report: a `began` or an `ended` line. A report of this process (its
+    /// ``StallReport/processID`` is `getpid()`) without ``StallReport/bootID`` or
+    /// ``StallReport/processStartTime`` gets this process's.
     ///
     /// - Throws: the encoding's or the file's error (disk full, directory removed).
     public func record(_ event: StallEvent) throws {
         switch event {
-        case .began(let report): try append(Line(event: "began", report: report))
-        case .ended(let report): try append(Line(event: "ended", report: report))
+        case .began(let report): try append(Line(event: "began", report: Self.identified(report)))
+        case .ended(let report): try append(Line(event: "ended", report: Self.identified(report)))
         }
+    }
+
+    private static func identified(_ report: StallReport) -> StallReport {
+        guard report.processID == getpid(), report.bootID == nil || report.processStartTime == nil else { return report }
+        var report = report
+        report.bootID = report.bootID ?? ProcessIdentity.bootID
+        report.processStartTime = report.processStartTime ?? ProcessIdentity.startTime(of: report.processID)
+        return report
     }
 
     /// Marks `reports` handled: ``unfinished()`` no longer returns them.
@@ -74,6 +90,10 @@ public final class StallReportStore: Sendable {
     /// Stalls that began and never ended in a process that is no longer running (killed or
     /// crashed mid-stall), oldest first, unless acknowledged. Each report is the `began` one:
     /// its ``StallReport/duration`` is what had passed when it was written.
+    ///
+    /// A report's process counts as running only when a process with its pid runs now (as this
+    /// process's `/proc` shows it), in the same boot, with the same start time. A report without
+    /// boot id and start time (written before they were recorded) is judged by its pid alone.
     public func unfinished() throws -> [StallReport] {
         let lines = try readLines()
         var began: [String: StallReport] = [:]
@@ -92,7 +112,7 @@ public final class StallReportStore: Sendable {
             }
         }
         return order.compactMap { id in
-            guard !closed.contains(id), let report = began[id], !Self.isRunning(report.processID) else { return nil }
+            guard !closed.contains(id), let report = began[id], !Self.isRunning(report) else { return nil }
             return report
         }
     }
@@ -162,8 +182,35 @@ public final class StallReportStore: Sendable {
         return lines
     }
 
-    private static func isRunning(_ processID: Int32) -> Bool {
-        if processID == getpid() { return true }
-        return kill(processID, 0) == 0 || errno == EPERM
+    private static func isRunning(_ report: StallReport) -> Bool {
+        let processID = report.processID
+        // Without a start time to compare (an older report, or no /proc), the pid alone.
+        guard let startTime = report.processStartTime, ProcessIdentity.startTime(of: getpid()) != nil else {
+            if processID == getpid() { return true }
+            return kill(processID, 0) == 0 || errno == EPERM
+        }
+        if let bootID = report.bootID, let current = ProcessIdentity.bootID, bootID != current { return false }  // rebooted since
+        return ProcessIdentity.startTime(of: processID) == startTime
+    }
+}
+
+/// What tells a process apart from a later one with the same pid: the boot and its start time.
+enum ProcessIdentity {
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`), nil when it cannot be read.
+    static let bootID: String? = ProcessThreads.read("/proc/sys/kernel/random/boot_id").map {
+        $0.trimmingCharacters(in: .whitespacesAndNewlines)
+    }.flatMap { $0.isEmpty ? nil : $0 }
+
+    /// When the process `processID` started, in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`), nil when no such process is in this process's `/proc`. Read each time:
+    /// a forked child has the same memory and another start time.
+    static func startTime(of processID: Int32) -> UInt64? {
+        guard processID > 0, let stat = ProcessThreads.read("/proc/\(processID)/stat"),
+            let commandEnd = stat.lastIndex(of: ")")
+        else { return nil }
+        // Field 2, the command, is in parentheses and may hold spaces and parentheses itself:
+        // the fields after its last ")" are 3, 4, ...
+        let fields = stat[stat.index(after: commandEnd)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
     }
 }

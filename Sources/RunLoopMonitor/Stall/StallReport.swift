@@ -39,6 +39,15 @@ public struct StallReport: Sendable, Codable, Hashable {
     public var id: String
     /// The process that stalled.
     public var processID: Int32
+    /// The boot the process ran in (`/proc/sys/kernel/random/boot_id`). With
+    /// ``processStartTime`` it tells the process apart from a later one with the same pid (another
+    /// PID namespace, as a restarted container's app is; a pid used again). Nil in reports written
+    /// before it was recorded; ``StallReportStore`` fills it in for reports of its own process.
+    public var bootID: String?
+    /// When the process started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`;
+    /// `sysconf(_SC_CLK_TCK)` ticks a second, 100 on Linux). Nil in reports written before it was
+    /// recorded; ``StallReportStore`` fills it in for reports of its own process.
+    public var processStartTime: UInt64?
     /// The stuck thread's name (as the kernel shows it, 15 characters at most).
     public var threadName: String
     /// The stuck thread's kernel id.
@@ -90,7 +99,7 @@ public struct StallReport: Sendable, Codable, Hashable {
         id: String, processID: Int32, threadName: String, threadID: Int32, mode: String, phase: String,
         startedAt: Date, duration: Duration, threadCPUTime: Duration, cpuMeasuredOver: Duration,
         stacks: [StackSample], sampleCount: Int, endReason: EndReason? = nil, suppressedSimilar: Int = 0,
-        captureError: String? = nil
+        captureError: String? = nil, bootID: String? = nil, processStartTime: UInt64? = nil
     ) {
         self.id = id
         self.processID = processID
@@ -107,11 +116,14 @@ public struct StallReport: Sendable, Codable, Hashable {
         self.endReason = endReason
         self.suppressedSimilar = suppressedSimilar
         self.captureError = captureError
+        self.bootID = bootID
+        self.processStartTime = processStartTime
     }
 
     private enum CodingKeys: String, CodingKey {
         case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
         case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
+        case bootID, processStartTime
     }
 
     /// Decodes the JSON form described above.
@@ -132,6 +144,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         endReason = try c.decodeIfPresent(EndReason.self, forKey: .endReason)
         suppressedSimilar = try c.decodeIfPresent(Int.self, forKey: .suppressedSimilar) ?? 0
         captureError = try c.decodeIfPresent(String.self, forKey: .captureError)
+        bootID = try c.decodeIfPresent(String.self, forKey: .bootID)
+        processStartTime = try c.decodeIfPresent(UInt64.self, forKey: .processStartTime)
     }
 
     /// Encodes the JSON form described above.
@@ -152,6 +166,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encodeIfPresent(endReason, forKey: .endReason)
         try c.encode(suppressedSimilar, forKey: .suppressedSimilar)
         try c.encodeIfPresent(captureError, forKey: .captureError)
+        try c.encodeIfPresent(bootID, forKey: .bootID)
+        try c.encodeIfPresent(processStartTime, forKey: .processStartTime)
     }
 }
 
