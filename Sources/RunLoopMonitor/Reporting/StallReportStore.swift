@@ -31,6 +31,9 @@ import Synchronization
 /// (call ``synchronize()`` to survive a power loss too). When the file passes ``maximumBytes`` it
 /// becomes `stalls.1.jsonl` (the previous one is dropped) and a new file starts.
 ///
+/// A line cut short (the process killed mid-write, a disk full) is skipped by the readers, and the
+/// next write ends it first (a newline in the same `write`), so the lines after it are whole.
+///
 /// The directory may be in a place others can write (`/var/tmp`), and the store may run as root,
 /// so it trusts nothing it did not make: it refuses (``StoreError``) a directory that the
 /// process's effective user does not own or that its group or others can write (a symlink to a
@@ -183,8 +186,8 @@ public final class StallReportStore: Sendable {
     private func append(_ line: Line) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        var data = try encoder.encode(line)
-        data.append(0x0A)
+        var line = try encoder.encode(line)
+        line.append(0x0A)
         try lock.locked { _ in
             // Checked at each write: the directory may have been removed (made again here) or
             // opened up since.
@@ -197,6 +200,9 @@ public final class StallReportStore: Sendable {
                 fd = try openFile(fileURL, writing: true)!
             }
             defer { close(fd) }
+            // A line cut short (a process killed mid-write, a full disk) is ended first, in the same
+            // write, or this line would be glued to it and lost with it.
+            let data = Self.endsInPartialLine(fd) ? Data([0x0A]) + line : line
             try data.withUnsafeBytes { bytes in
                 var offset = 0
                 while offset < bytes.count {
@@ -243,7 +249,8 @@ public final class StallReportStore: Sendable {
     private func openFile(_ url: URL, writing: Bool) throws -> Int32? {
         // O_NONBLOCK: opening a FIFO must not wait for a writer or reader (it is refused below); on
         // a regular file it changes nothing.
-        let access = writing ? O_WRONLY | O_APPEND | O_CREAT : O_RDONLY
+        // Read and write: an append reads the last byte first (endsInPartialLine).
+        let access = writing ? O_RDWR | O_APPEND | O_CREAT : O_RDONLY
         let fd = open(url.path, access | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             if errno == ELOOP { throw StoreError.symbolicLink(path: url.path) }
@@ -265,6 +272,14 @@ public final class StallReportStore: Sendable {
             throw StoreError.fileNotOwned(path: url.path, owner: info.st_uid, effectiveUser: geteuid())
         }
         return fd
+    }
+
+    /// Whether the file's last byte is not a newline: the end of a line cut short.
+    private static func endsInPartialLine(_ fd: Int32) -> Bool {
+        let size = size(of: fd)
+        guard size > 0 else { return false }
+        var last: UInt8 = 0
+        return pread(fd, &last, 1, off_t(size - 1)) == 1 && last != 0x0A
     }
 
     private static func size(of fd: Int32) -> Int {
