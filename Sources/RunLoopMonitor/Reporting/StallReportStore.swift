@@ -111,7 +111,8 @@ public final class StallReportStore: Sendable {
     /// ``StallReport/processID`` is `getpid()`) without ``StallReport/bootID`` or
     /// ``StallReport/processStartTime`` gets this process's.
     ///
-    /// - Throws: the encoding's or the file's error (disk full, directory removed).
+    /// - Throws: the encoding's or the file's error (a disk full); ``StoreError`` when the
+    ///   directory or the file is refused. A removed directory is made again, not an error.
     public func record(_ event: StallEvent) throws {
         switch event {
         case .began(let report): try append(Line(event: "began", report: Self.identified(report)))
