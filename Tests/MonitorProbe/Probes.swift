@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import RunLoopKit
 import RunLoopMonitor
+import Synchronization
 
 /// Keeps the CPU busy until `deadline`: the function a stall report must name.
 @inline(never)
@@ -96,5 +97,99 @@ enum Probes {
         cpu.stop()
         worker.stop()
         say("done")
+    }
+}
+
+extension Probes {
+    /// A CPU monitor that runs `count` windows (at once, through its test hook, with a handler set),
+    /// then reports a spinning thread through its handler and stops: in a debug build neither the
+    /// handler call nor the stop may overflow the stack however many windows ran.
+    static func cpuWindows(_ count: Int) {
+        let monitor = CPUMonitor(threshold: 0.2, window: .milliseconds(10), sustainedWindows: 1, logger: nil)
+        let windowsDone = Atomic<Bool>(false)
+        let hot = DispatchSemaphore(value: 0)
+        monitor.start { _ in
+            // Reports before the windows are done (the scanning main thread itself) do not count.
+            if windowsDone.load(ordering: .acquiring) { hot.signal() }
+        }
+        monitor.runWindowsForTesting(count)
+        windowsDone.store(true, ordering: .releasing)
+        say("windows done")
+        let spin = Atomic<Bool>(true)
+        let spinner = Thread { while spin.load(ordering: .relaxed) { _ = probeCrunchNumbers(until: .now + .milliseconds(5)) } }
+        spinner.start()
+        let reported = hot.wait(timeout: .now() + .seconds(30)) == .success
+        spin.store(false, ordering: .relaxed)
+        say(reported ? "hot reported" : "no hot report in 30 s")
+        monitor.stop()
+        say("stopped")
+    }
+
+    /// A monitor with a store in `directory` and a stall: once the began line is on disk the
+    /// process exits without an ended line, as one killed mid-stall would (a namespace's first
+    /// process, pid 1, ignores the SIGKILL it sends itself, so `hang` cannot be used there).
+    static func began(directory: String) {
+        let store = try! StallReportStore(directory: directory)
+        let worker = PermanentThread(name: "hung-loop")
+        let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(20), store: store, logger: nil)
+        monitor.start { event in
+            if case .began(let report) = event {
+                say("began pid \(report.processID)")
+                _exit(0)
+            }
+        }
+        try? worker.execute { _ = probeCrunchNumbers(until: .now + .seconds(3600)) }
+        while true { sleep(10) }
+    }
+
+    /// Runs this probe with `arguments` as the first process (pid 1) of a new PID namespace
+    /// (`unshare --pid --fork --mount-proc`, util-linux; needs root or a user namespace). Exits with
+    /// the namespace's status, 77 when `unshare` cannot run.
+    static func inNewPIDNamespace(_ arguments: [String]) -> Never {
+        var path = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &path, path.count - 1)
+        guard length > 0 else { exit(77) }
+        let exe = String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let argv = ["unshare", "--pid", "--fork", "--mount-proc", exe] + arguments
+        var cArguments = argv.map { strdup($0) }
+        cArguments.append(nil)
+        execv("/usr/bin/unshare", &cArguments)
+        FileHandle.standardError.write(Data("cannot run /usr/bin/unshare: \(String(cString: strerror(errno)))\n".utf8))
+        exit(77)
+    }
+
+    /// A real torn line: a `began` line of a dead process, then a `began` line the file-size limit
+    /// (RLIMIT_FSIZE, SIGXFSZ ignored) cuts short, then the first report's acknowledgement and a
+    /// third report. Prints whether the cut write threw, then the ids `reports()` and
+    /// `unfinished()` return.
+    static func tornWrite(directory: String) {
+        let store = try! StallReportStore(directory: directory)
+        func report(_ id: String) -> StallReport {
+            // Int32.max is above any pid_max: never a running process.
+            StallReport(
+                id: id, processID: Int32.max, threadName: "t", threadID: 1, mode: "m", phase: "blocks", startedAt: Date(),
+                duration: .milliseconds(300), threadCPUTime: .zero, cpuMeasuredOver: .zero, stacks: [], sampleCount: 0)
+        }
+        try! store.record(.began(report("a")))
+        signal(SIGXFSZ, SIG_IGN)
+        let fileSize = __rlimit_resource_t(RLIMIT_FSIZE.rawValue)
+        var saved = rlimit()
+        getrlimit(fileSize, &saved)
+        var info = stat()
+        stat(store.fileURL.path, &info)
+        var limited = saved
+        limited.rlim_cur = rlim_t(info.st_size) + 40  // room for part of the next line only
+        setrlimit(fileSize, &limited)
+        do {
+            try store.record(.began(report("b")))
+            say("cut write: no error")
+        } catch {
+            say("cut write: \(error)")
+        }
+        setrlimit(fileSize, &saved)
+        try! store.acknowledge([report("a")])
+        try! store.record(.began(report("c")))
+        say("reports: \(try! store.reports().map(\.id).joined(separator: ","))")
+        say("unfinished: \(try! store.unfinished().map(\.id).joined(separator: ","))")
     }
 }

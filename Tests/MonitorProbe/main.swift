@@ -11,6 +11,14 @@
 //   unfinished DIR    prints the store's unfinished() reports as JSON lines, then "done".
 //   bad-threshold     StallMonitor(threshold: 0): must stop with a precondition message.
 //   bad-interval      StallMonitor(sampleInterval: -1 ms): the same.
+//   cpu-windows N     a CPU monitor runs N windows at once (test hook), reports a spinner, stops;
+//                     prints "windows done", "hot reported", "stopped".
+//   began DIR         a monitor with a store in DIR and a stall; exits (0) once the began line is on
+//                     disk, printing "began pid P".
+//   pidns ARGS...     runs this probe with ARGS as pid 1 of a new PID namespace (unshare; status
+//                     77 when it cannot).
+//   torn-write DIR    a store line cut short by RLIMIT_FSIZE, then an acknowledgement and a record;
+//                     prints the ids read back.
 //   fork              running stall and CPU monitors, then fork(): the child stops both (which
 //                     must return at once: their threads are not in the child) and exits 0; the
 //                     parent prints the child's status, then stops its own monitors.
@@ -50,7 +58,15 @@ case "bad-interval":
     _ = StallMonitor(loop: RunLoop.current, sampleInterval: .milliseconds(-1))
 case "fork":
     Probes.forkWithRunningMonitors()
+case "cpu-windows":
+    Probes.cpuWindows(Int(arguments[2]) ?? 100_000)
+case "began":
+    Probes.began(directory: arguments[2])
+case "pidns":
+    Probes.inNewPIDNamespace(Array(arguments.dropFirst(2)))
+case "torn-write":
+    Probes.tornWrite(directory: arguments[2])
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
     exit(2)
 }

@@ -45,15 +45,28 @@ public struct CPUReport: Sendable, Codable, Hashable {
 public final class CPUMonitor: Sendable {
     /// The CPU share (of one core) above which a thread counts as hot in a window.
     public let threshold: Double
-    /// The window length.
+    /// The window length: at least ``minimumWindow``.
     public let window: Duration
+    /// The shortest window: a shorter one is raised to it. Each window reads `/proc/self/task` and
+    /// every thread's clock, so a window of microseconds would keep a core busy with the monitor
+    /// itself, and CPU shares over less than a few scheduler ticks are noise anyway.
+    public static let minimumWindow: Duration = .milliseconds(10)
     /// How many windows in a row a thread must be hot to be reported.
     public let sustainedWindows: Int
     /// How long a reported thread is left alone.
     public let coolDown: Duration
 
     private let logger: Logger?
-    private let state = Mutex<(stopping: Bool, started: Bool, handler: (@Sendable (CPUEvent) -> Void)?)>((false, false, nil))
+    /// The handler in a class of its own: a closure stored directly in the tuple is re-abstracted
+    /// (wrapped in one more thunk) at each `inout` access of the generic `Mutex`'s value in an
+    /// unoptimized build, two per window, and calling or releasing a chain of tens of thousands of
+    /// thunks overflows the stack. A class reference needs no re-abstraction.
+    private final class Handler: Sendable {
+        let call: @Sendable (CPUEvent) -> Void
+        init(_ call: @escaping @Sendable (CPUEvent) -> Void) { self.call = call }
+    }
+
+    private let state = Mutex<(stopping: Bool, started: Bool, handler: Handler?)>((false, false, nil))
     private let thread = Mutex<MonitorThread?>(nil)
     /// The process that started the monitor (0 before `start`); see ``stop()``.
     private let startedIn = Atomic<Int32>(0)
@@ -62,7 +75,9 @@ public final class CPUMonitor: Sendable {
     ///
     /// - Parameters:
     ///   - threshold: CPU share of one core, in (0, 1]; must be positive.
-    ///   - window: the measuring window; must be positive.
+    ///   - window: the measuring window; must be positive. Below ``minimumWindow`` it is raised to
+    ///     it (a tuning value, often from a configuration: a monitor that measures a little coarser
+    ///     serves better than a process stopped for it).
     ///   - sustainedWindows: windows in a row; at least 1.
     ///   - coolDown: how long a reported thread is not reported again (default: 60 s).
     ///   - logger: where hot threads are logged; nil for none.
@@ -74,7 +89,7 @@ public final class CPUMonitor: Sendable {
         precondition(window > .zero, "CPUMonitor: window must be positive (got \(window))")
         precondition(sustainedWindows >= 1, "CPUMonitor: sustainedWindows must be at least 1 (got \(sustainedWindows))")
         self.threshold = threshold
-        self.window = min(window, .seconds(365 * 86400))  // an instant plus more would overflow
+        self.window = min(max(window, Self.minimumWindow), .seconds(365 * 86400))  // an instant plus more would overflow
         self.sustainedWindows = sustainedWindows
         self.coolDown = min(max(.zero, coolDown), .seconds(365 * 86400))
         self.logger = logger
@@ -83,7 +98,7 @@ public final class CPUMonitor: Sendable {
     /// Starts the monitor's thread; `handler` runs on it. Once.
     public func start(_ handler: @escaping @Sendable (CPUEvent) -> Void) {
         let first = state.locked { state -> Bool in
-            defer { state.handler = handler; state.started = true }
+            defer { state.handler = Handler(handler); state.started = true }
             return !state.started
         }
         precondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
@@ -115,6 +130,13 @@ public final class CPUMonitor: Sendable {
         if thread.isCurrent { thread.detach() } else { thread.join() }
     }
 
+    /// Runs `count` windows of the monitor's scan on the calling thread, each at once instead of at
+    /// its end, with the state accesses a real window makes (a test's way to run many windows
+    /// fast). Only while the monitor runs (its own thread keeps scanning meanwhile).
+    package func runWindowsForTesting(_ count: Int) {
+        CPUScanner(monitor: self).run(windows: count, waits: false)
+    }
+
     fileprivate var isStopping: Bool { state.locked { $0.stopping } }
 
     fileprivate func sleep(until deadline: ContinuousClock.Instant) { thread.locked { $0 }?.sleep(until: deadline) }
@@ -127,7 +149,7 @@ public final class CPUMonitor: Sendable {
                 "cpu_percent": "\(Int(report.averageUsage * 100))", "hot_in": "\(report.hotIn ?? "?")",
             ])
         Counter(label: MonitorReporting.MetricName.cpuHot, dimensions: [("thread", report.threadName)]).increment()
-        state.locked { $0.handler }?(.hot(report))
+        state.locked { $0.handler }?.call(.hot(report))
     }
 }
 
@@ -186,19 +208,24 @@ public struct ThreadCPUSampler: Sendable {
 }
 
 private final class CPUScanner: @unchecked Sendable {
-    // @unchecked: made by start(), then used only on the monitor's thread (run()).
+    // @unchecked: made by start() (or runWindowsForTesting), then used only on the one thread
+    // that calls run().
     let monitor: CPUMonitor
     var scan = ThreadCPUSampler()
 
     init(monitor: CPUMonitor) { self.monitor = monitor }
 
-    func run() {
+    /// Scans every window until the monitor stops. `limit` windows at most; `waits: false` scans
+    /// the next window at once instead of at its end (``CPUMonitor/runWindowsForTesting(_:)``).
+    func run(windows limit: Int = .max, waits: Bool = true) {
         let ownID = ProcessThreads.ownID
         var next = ContinuousClock.now
         _ = scan.sample(now: next)
-        while !monitor.isStopping {
+        var windows = 0
+        while windows < limit, !monitor.isStopping {
+            windows += 1
             next = next + monitor.window
-            monitor.sleep(until: next)
+            if waits { monitor.sleep(until: next) }
             if monitor.isStopping { break }
             let now = ContinuousClock.now
             if now - next > monitor.window { next = now }  // fell behind (suspended): start over

@@ -11,6 +11,12 @@ import Synchronization
 /// no `ended`: ``unfinished()`` returns those of processes that are no longer running, and
 /// ``acknowledge(_:)`` marks them handled so that the next launch does not report them again.
 ///
+/// A process is told apart by its pid, the boot id and its start time (``StallReport/bootID``,
+/// ``StallReport/processStartTime``, written into each report of the store's own process): in a
+/// container the restarted app usually has the pid its killed predecessor had (the namespace's
+/// first process is pid 1 every time), and a pid can be used again anywhere, so a pid alone would
+/// take the predecessor for still running and never report its hang.
+///
 /// The file is `stalls.jsonl` in the directory; each line is one object:
 ///
 /// ```json
@@ -24,7 +30,50 @@ import Synchronization
 /// line is in the kernel's page cache, which survives the process's death, when `record` returns
 /// (call ``synchronize()`` to survive a power loss too). When the file passes ``maximumBytes`` it
 /// becomes `stalls.1.jsonl` (the previous one is dropped) and a new file starts.
+///
+/// A line cut short (the process killed mid-write, a disk full) is skipped by the readers, and the
+/// next write ends it first (a newline in the same `write`), so the lines after it are whole.
+///
+/// The directory may be in a place others can write (`/var/tmp`), and the store may run as root,
+/// so it trusts nothing it did not make: it refuses (``StoreError``) a directory that the
+/// process's effective user does not own or that its group or others can write (a symlink to a
+/// directory is followed, and the directory it leads to is checked), makes a missing one with
+/// mode 0700 (again at the next write if it is removed), and opens its files with `O_NOFOLLOW`,
+/// refusing a symlink, a file that is not a regular one, or one of another user. Otherwise a user
+/// who made the directory first could have a root process append to a file of their choosing
+/// (`stalls.jsonl -> /root/.profile`) or read back reports they forged.
 public final class StallReportStore: Sendable {
+    /// Why the store refuses its directory or a file in it.
+    public enum StoreError: Error, CustomStringConvertible, Equatable {
+        /// The path exists and is not a directory.
+        case notADirectory(path: String)
+        /// The directory belongs to another user than the process's effective user.
+        case directoryNotOwned(path: String, owner: UInt32, effectiveUser: UInt32)
+        /// The directory's group or others can write it (`mode` is its permission bits).
+        case directoryWritableByOthers(path: String, mode: UInt32)
+        /// A store file is a symbolic link.
+        case symbolicLink(path: String)
+        /// A store file is not a regular file (a device, a FIFO, a socket, a directory).
+        case notARegularFile(path: String)
+        /// A store file belongs to another user than the process's effective user.
+        case fileNotOwned(path: String, owner: UInt32, effectiveUser: UInt32)
+
+        /// What is wrong, naming the path.
+        public var description: String {
+            switch self {
+            case .notADirectory(let path): "stall report store: \(path) is not a directory"
+            case .directoryNotOwned(let path, let owner, let user):
+                "stall report store: refusing \(path): it belongs to uid \(owner), not to this process's effective uid \(user) (another user could have prepared it)"
+            case .directoryWritableByOthers(let path, let mode):
+                "stall report store: refusing \(path): its group or others can write it (mode \(String(mode, radix: 8))); use a directory only its owner can write (chmod go-w)"
+            case .symbolicLink(let path): "stall report store: refusing \(path): it is a symbolic link"
+            case .notARegularFile(let path): "stall report store: refusing \(path): it is not a regular file"
+            case .fileNotOwned(let path, let owner, let user):
+                "stall report store: refusing \(path): it belongs to uid \(owner), not to this process's effective uid \(user)"
+            }
+        }
+    }
+
     /// The directory the store writes to.
     public let directory: URL
     /// The current file.
@@ -36,13 +85,15 @@ public final class StallReportStore: Sendable {
 
     private let lock = Mutex(())
 
-    /// A store in `directory`, made if missing.
+    /// A store in `directory`, made if missing (mode 0700; missing parents as `FileManager`
+    /// makes them).
     ///
-    /// - Throws: the error of creating the directory.
+    /// - Throws: ``StoreError`` when the directory is not the process's effective user's or others
+    ///   can write it; the error of creating it.
     public init(directory: URL, maximumBytes: Int = 8 << 20) throws {
         self.directory = directory
         self.maximumBytes = max(4096, maximumBytes)
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        _ = try prepareDirectory(creating: true)
     }
 
     /// A store in the directory at `path`.
@@ -56,15 +107,26 @@ public final class StallReportStore: Sendable {
         var id: String?
     }
 
-    /// Writes `event`'s report: a `began` or an `ended` line.
+    /// Writes `event`'s report: a `began` or an `ended` line. A report of this process (its
+    /// ``StallReport/processID`` is `getpid()`) without ``StallReport/bootID`` or
+    /// ``StallReport/processStartTime`` gets this process's.
     ///
-    /// - Throws: the encoding's or the file's error (disk full, directory removed).
+    /// - Throws: the encoding's or the file's error (a disk full); ``StoreError`` when the
+    ///   directory or the file is refused. A removed directory is made again, not an error.
     public func record(_ event: StallEvent) throws {
         switch event {
-        case .began(let report): try append(Line(event: "began", report: report))
-        case .ended(let report): try append(Line(event: "ended", report: report))
+        case .began(let report): try append(Line(event: "began", report: Self.identified(report)))
+        case .ended(let report): try append(Line(event: "ended", report: Self.identified(report)))
         case .suppressed: return  // a summary of stalls that were never written
         }
+    }
+
+    private static func identified(_ report: StallReport) -> StallReport {
+        guard report.processID == getpid(), report.bootID == nil || report.processStartTime == nil else { return report }
+        var report = report
+        report.bootID = report.bootID ?? ProcessIdentity.bootID
+        report.processStartTime = report.processStartTime ?? ProcessIdentity.startTime(of: report.processID)
+        return report
     }
 
     /// Marks `reports` handled: ``unfinished()`` no longer returns them.
@@ -75,6 +137,10 @@ public final class StallReportStore: Sendable {
     /// Stalls that began and never ended in a process that is no longer running (killed or
     /// crashed mid-stall), oldest first, unless acknowledged. Each report is the `began` one:
     /// its ``StallReport/duration`` is what had passed when it was written.
+    ///
+    /// A report's process counts as running only when a process with its pid runs now (as this
+    /// process's `/proc` shows it), in the same boot, with the same start time. A report without
+    /// boot id and start time (written before they were recorded) is judged by its pid alone.
     public func unfinished() throws -> [StallReport] {
         let lines = try readLines()
         var began: [String: StallReport] = [:]
@@ -93,7 +159,7 @@ public final class StallReportStore: Sendable {
             }
         }
         return order.compactMap { id in
-            guard !closed.contains(id), let report = began[id], !Self.isRunning(report.processID) else { return nil }
+            guard !closed.contains(id), let report = began[id], !Self.isRunning(report) else { return nil }
             return report
         }
     }
@@ -110,33 +176,42 @@ public final class StallReportStore: Sendable {
         return order.compactMap { latest[$0] }
     }
 
-    /// Flushes the file to the disk (`fsync`).
+    /// Flushes the file to the disk (`fsync`); nothing to do before the first line.
     public func synchronize() throws {
         try lock.locked { _ in
-            let fd = open(fileURL.path, O_WRONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            guard try prepareDirectory(creating: false), let fd = try openFile(fileURL, writing: false) else { return }
             defer { close(fd) }
-            guard fsync(fd) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            guard fsync(fd) == 0 else { throw Self.posixError() }
         }
     }
 
     private func append(_ line: Line) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        var data = try encoder.encode(line)
-        data.append(0x0A)
+        var line = try encoder.encode(line)
+        line.append(0x0A)
         try lock.locked { _ in
-            rotateIfNeeded()
-            let fd = open(fileURL.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-            guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            // Checked at each write: the directory may have been removed (made again here) or
+            // opened up since.
+            _ = try prepareDirectory(creating: true)
+            var fd = try openFile(fileURL, writing: true)!
+            if Self.size(of: fd) > maximumBytes {
+                close(fd)
+                // rename(2) moves a symlink itself, never what it points to.
+                rename(fileURL.path, previousFileURL.path)
+                fd = try openFile(fileURL, writing: true)!
+            }
             defer { close(fd) }
+            // A line cut short (a process killed mid-write, a full disk) is ended first, in the same
+            // write, or this line would be glued to it and lost with it.
+            let data = Self.endsInPartialLine(fd) ? Data([0x0A]) + line : line
             try data.withUnsafeBytes { bytes in
                 var offset = 0
                 while offset < bytes.count {
                     let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
                     if written < 0 {
                         if errno == EINTR { continue }
-                        throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+                        throw Self.posixError()
                     }
                     offset += written
                 }
@@ -144,17 +219,103 @@ public final class StallReportStore: Sendable {
         }
     }
 
-    private func rotateIfNeeded() {
+    /// Makes the directory if it is missing and `creating`, then checks it (see ``StoreError``).
+    /// Returns false when it is missing and not made.
+    private func prepareDirectory(creating: Bool) throws -> Bool {
+        let path = directory.path
         var info = stat()
-        guard stat(fileURL.path, &info) == 0, Int(info.st_size) > maximumBytes else { return }
-        rename(fileURL.path, previousFileURL.path)
+        // stat, not lstat: a symlink to a directory is followed, and the directory checked.
+        if stat(path, &info) != 0 {
+            guard errno == ENOENT else { throw Self.posixError() }
+            guard creating else { return false }
+            try FileManager.default.createDirectory(at: directory.deletingLastPathComponent(), withIntermediateDirectories: true)
+            if mkdir(path, 0o700) == 0 {
+                chmod(path, 0o700)  // a umask may have taken bits of 0700 away
+            } else if errno != EEXIST {  // made by someone else meanwhile: checked below
+                throw Self.posixError()
+            }
+            guard stat(path, &info) == 0 else { throw Self.posixError() }
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw StoreError.notADirectory(path: path) }
+        guard info.st_uid == geteuid() else {
+            throw StoreError.directoryNotOwned(path: path, owner: info.st_uid, effectiveUser: geteuid())
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            throw StoreError.directoryWritableByOthers(path: path, mode: info.st_mode & 0o7777)
+        }
+        return true
+    }
+
+    /// Opens a store file: for appending (made if missing) or for reading (nil when missing). Never
+    /// through a symlink, and only a regular file of the process's effective user.
+    private func openFile(_ url: URL, writing: Bool) throws -> Int32? {
+        // O_NONBLOCK: opening a FIFO must not wait for a writer or reader (it is refused below); on
+        // a regular file it changes nothing.
+        // Read and write: an append reads the last byte first (endsInPartialLine).
+        let access = writing ? O_RDWR | O_APPEND | O_CREAT : O_RDONLY
+        let fd = open(url.path, access | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            if errno == ELOOP { throw StoreError.symbolicLink(path: url.path) }
+            if errno == ENOENT && !writing { return nil }
+            throw Self.posixError()
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let error = Self.posixError()
+            close(fd)
+            throw error
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw StoreError.notARegularFile(path: url.path)
+        }
+        guard info.st_uid == geteuid() else {
+            close(fd)
+            throw StoreError.fileNotOwned(path: url.path, owner: info.st_uid, effectiveUser: geteuid())
+        }
+        return fd
+    }
+
+    /// Whether the file's last byte is not a newline: the end of a line cut short.
+    private static func endsInPartialLine(_ fd: Int32) -> Bool {
+        let size = size(of: fd)
+        guard size > 0 else { return false }
+        var last: UInt8 = 0
+        return pread(fd, &last, 1, off_t(size - 1)) == 1 && last != 0x0A
+    }
+
+    private static func size(of fd: Int32) -> Int {
+        var info = stat()
+        return fstat(fd, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    private static func posixError() -> POSIXError { POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+
+    /// The file's bytes, nil when it is missing.
+    private func read(_ url: URL) throws -> [UInt8]? {
+        guard let fd = try openFile(url, writing: false) else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw Self.posixError()
+            }
+            if count == 0 { return bytes }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
     }
 
     private func readLines() throws -> [Line] {
         let decoder = JSONDecoder()
         var lines: [Line] = []
-        for url in [previousFileURL, fileURL] {
-            guard let data = lock.locked({ _ in try? Data(contentsOf: url) }) else { continue }
+        let files = try lock.locked { _ -> [[UInt8]] in
+            guard try prepareDirectory(creating: false) else { return [] }
+            return try [previousFileURL, fileURL].compactMap { try read($0) }
+        }
+        for data in files {
             // A line cut short by a crash mid-write is skipped, not fatal.
             for slice in data.split(separator: 0x0A) {
                 if let line = try? decoder.decode(Line.self, from: Data(slice)) { lines.append(line) }
@@ -163,8 +324,35 @@ public final class StallReportStore: Sendable {
         return lines
     }
 
-    private static func isRunning(_ processID: Int32) -> Bool {
-        if processID == getpid() { return true }
-        return kill(processID, 0) == 0 || errno == EPERM
+    private static func isRunning(_ report: StallReport) -> Bool {
+        let processID = report.processID
+        // Without a start time to compare (an older report, or no /proc), the pid alone.
+        guard let startTime = report.processStartTime, ProcessIdentity.startTime(of: getpid()) != nil else {
+            if processID == getpid() { return true }
+            return kill(processID, 0) == 0 || errno == EPERM
+        }
+        if let bootID = report.bootID, let current = ProcessIdentity.bootID, bootID != current { return false }  // rebooted since
+        return ProcessIdentity.startTime(of: processID) == startTime
+    }
+}
+
+/// What tells a process apart from a later one with the same pid: the boot and its start time.
+enum ProcessIdentity {
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`), nil when it cannot be read.
+    static let bootID: String? = ProcessThreads.read("/proc/sys/kernel/random/boot_id").map {
+        $0.trimmingCharacters(in: .whitespacesAndNewlines)
+    }.flatMap { $0.isEmpty ? nil : $0 }
+
+    /// When the process `processID` started, in clock ticks since boot (field 22 of
+    /// `/proc/<pid>/stat`), nil when no such process is in this process's `/proc`. Read each time:
+    /// a forked child has the same memory and another start time.
+    static func startTime(of processID: Int32) -> UInt64? {
+        guard processID > 0, let stat = ProcessThreads.read("/proc/\(processID)/stat"),
+            let commandEnd = stat.lastIndex(of: ")")
+        else { return nil }
+        // Field 2, the command, is in parentheses and may hold spaces and parentheses itself:
+        // the fields after its last ")" are 3, 4, ...
+        let fields = stat[stat.index(after: commandEnd)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
     }
 }

@@ -48,6 +48,15 @@ public struct StallReport: Sendable, Codable, Hashable {
     public var id: String
     /// The process that stalled.
     public var processID: Int32
+    /// The boot the process ran in (`/proc/sys/kernel/random/boot_id`). With
+    /// ``processStartTime`` it tells the process apart from a later one with the same pid (another
+    /// PID namespace, as a restarted container's app is; a pid used again). Nil in reports written
+    /// before it was recorded; ``StallReportStore`` fills it in for reports of its own process.
+    public var bootID: String?
+    /// When the process started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`;
+    /// `sysconf(_SC_CLK_TCK)` ticks a second, 100 on Linux). Nil in reports written before it was
+    /// recorded; ``StallReportStore`` fills it in for reports of its own process.
+    public var processStartTime: UInt64?
     /// The stuck thread's name as the kernel shows it (15 characters at most; a Foundation
     /// `Thread` named before `start()` shows the process's name there): ``loop`` is the name to
     /// rely on.
@@ -114,8 +123,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         id: String, processID: Int32, threadName: String, threadID: Int32, mode: String, phase: String,
         startedAt: Date, duration: Duration, threadCPUTime: Duration, cpuMeasuredOver: Duration,
         stacks: [StackSample], sampleCount: Int, endReason: EndReason? = nil, suppressedSimilar: Int = 0,
-        captureError: String? = nil, loop: String? = nil, item: String = "", stuckIn: String? = nil,
-        foldedStacks: String = ""
+        captureError: String? = nil, bootID: String? = nil, processStartTime: UInt64? = nil, loop: String? = nil,
+        item: String = "", stuckIn: String? = nil, foldedStacks: String = ""
     ) {
         self.id = id
         self.processID = processID
@@ -132,6 +141,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         self.endReason = endReason
         self.suppressedSimilar = suppressedSimilar
         self.captureError = captureError
+        self.bootID = bootID
+        self.processStartTime = processStartTime
         self.loop = loop ?? threadName
         self.item = item
         self.stuckIn = stuckIn ?? StackSample.culprit(in: stacks)
@@ -150,6 +161,7 @@ public struct StallReport: Sendable, Codable, Hashable {
         case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
         case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
         case loop, item, stuckIn, foldedStacks
+        case bootID, processStartTime
     }
 
     /// Decodes the JSON form described above.
@@ -174,6 +186,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         item = try c.decodeIfPresent(String.self, forKey: .item) ?? ""
         stuckIn = try c.decodeIfPresent(String.self, forKey: .stuckIn) ?? StackSample.culprit(in: stacks)
         foldedStacks = try c.decodeIfPresent(String.self, forKey: .foldedStacks) ?? ""
+        bootID = try c.decodeIfPresent(String.self, forKey: .bootID)
+        processStartTime = try c.decodeIfPresent(UInt64.self, forKey: .processStartTime)
     }
 
     /// Encodes the JSON form described above.
@@ -198,6 +212,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encode(item, forKey: .item)
         try c.encodeIfPresent(stuckIn, forKey: .stuckIn)
         try c.encode(foldedStacks, forKey: .foldedStacks)
+        try c.encodeIfPresent(bootID, forKey: .bootID)
+        try c.encodeIfPresent(processStartTime, forKey: .processStartTime)
     }
 }
 

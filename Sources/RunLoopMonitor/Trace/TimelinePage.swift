@@ -16,6 +16,10 @@ public enum TimelinePage {
     public enum InputError: Error, CustomStringConvertible, Equatable {
         /// Larger than ``TimelinePage/maximumInputBytes``.
         case tooLarge(bytes: Int, limit: Int)
+        /// Text in an encoding other than UTF-8 (UTF-16 or UTF-32, with or without a byte-order
+        /// mark, or bytes that are not valid UTF-8), with what was found. The page embeds the
+        /// file's bytes as they are, so it takes UTF-8 only.
+        case notUTF8(String)
         /// Not JSON (truncated, or not text at all), with the parser's reason.
         case notJSON(String)
         /// JSON, but not a Chrome trace (no `traceEvents` array, or not an array of events).
@@ -28,6 +32,7 @@ public enum TimelinePage {
             switch self {
             case .tooLarge(let bytes, let limit):
                 "the file is \(bytes) bytes or more, above the \(limit)-byte limit (a page that size would not open; record a shorter stretch or a smaller ring)"
+            case .notUTF8(let reason): "not UTF-8 text: \(reason); convert it to UTF-8 first (e.g. iconv -f UTF-16 -t UTF-8)"
             case .notJSON(let reason): "not JSON (truncated or corrupt?): \(reason)"
             case .notATrace(let reason): "not a Chrome trace: \(reason)"
             case .badEvent(let index, let reason): "event \(index) is not a valid trace event: \(reason)"
@@ -39,13 +44,14 @@ public enum TimelinePage {
     /// beyond that; google/perfetto#99).
     public static let maximumInputBytes = 256 << 20
 
-    /// Checks that `data` is a Chrome Trace Event file (an object with a `traceEvents` array, or a
+    /// Checks that `data` is a Chrome Trace Event file in UTF-8 (an object with a `traceEvents` array, or a
     /// bare array of events, each with a string `ph`, numeric `ts` where the phase needs one, and
     /// a numeric `dur` for complete events) and returns its event count.
     ///
     /// - Parameter limit: The largest size accepted (tests pass a small one).
     public static func validate(_ data: [UInt8], limit: Int = maximumInputBytes) throws(InputError) -> Int {
         guard data.count <= limit else { throw .tooLarge(bytes: data.count, limit: limit) }
+        try checkUTF8(data)
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: Data(data), options: [.fragmentsAllowed])
@@ -79,6 +85,23 @@ public enum TimelinePage {
             }
         }
         return events.count
+    }
+
+    /// Refuses what is not UTF-8. The JSON parser detects UTF-16 and UTF-32 and reads them, but the
+    /// page embeds the bytes in a UTF-8 document, where such a trace is unreadable (a blank page).
+    private static func checkUTF8(_ data: [UInt8]) throws(InputError) {
+        if data.starts(with: [0xFE, 0xFF]) { throw .notUTF8("it starts with the UTF-16 big-endian byte-order mark FE FF") }
+        if data.starts(with: [0xFF, 0xFE]) { throw .notUTF8("it starts with the UTF-16 (or UTF-32) little-endian byte-order mark FF FE") }
+        // JSON text starts with ASCII, which UTF-16 and UTF-32 encode with NUL bytes beside it.
+        if let index = data.prefix(4).firstIndex(of: 0) {
+            throw .notUTF8("a NUL byte at offset \(index) (UTF-16 or UTF-32 text, or not text at all)")
+        }
+        guard String(validating: data, as: UTF8.self) == nil else { return }
+        var parser = Unicode.UTF8.ForwardParser()
+        var bytes = data.makeIterator()
+        var offset = 0
+        while case .valid(let scalar) = parser.parseScalar(from: &bytes) { offset += scalar.count }
+        throw .notUTF8("an invalid UTF-8 sequence at byte \(offset)")
     }
 
     /// The page for a Chrome trace file, checked first (see ``validate(_:)``).
