@@ -43,7 +43,9 @@ public enum TimelinePage {
     /// bare array of events, each with a string `ph`, numeric `ts` where the phase needs one, and
     /// a numeric `dur` for complete events) and returns its event count.
     ///
-    /// - Parameter limit: The largest size accepted (tests pass a small one).
+    /// - Parameters:
+    ///   - data: The file's bytes.
+    ///   - limit: The largest size accepted (tests pass a small one).
     public static func validate(_ data: [UInt8], limit: Int = maximumInputBytes) throws(InputError) -> Int {
         guard data.count <= limit else { throw .tooLarge(bytes: data.count, limit: limit) }
         let object: Any
@@ -81,7 +83,7 @@ public enum TimelinePage {
         return events.count
     }
 
-    /// The page for a Chrome trace file, checked first (see ``validate(_:)``).
+    /// The page for a Chrome trace file, checked first (see ``validate(_:limit:)``).
     public static func html(chromeTrace data: [UInt8], title: String) throws(InputError) -> String {
         _ = try validate(data)
         return page(json: data, title: title)

@@ -5,7 +5,7 @@ import SystemPackage
 /// `CADisplayLink` for Linux, headless: a handler called once per frame on its loop's thread, in
 /// its modes.
 ///
-/// It is a version-1 source (``RunLoopKit/FileDescriptorSource``) on a timerfd armed on an
+/// It is a version-1 source (`FileDescriptorSource`) on a timerfd armed on an
 /// absolute grid, `start + k × (1 s / framesPerSecond)` on the loop's clock: no drift, however late
 /// a frame is handled. When the loop is late (a stall, or another mode running), the timerfd's
 /// expiration count says how many frames went by: ``Frame/droppedFrames`` is that count minus
