@@ -43,6 +43,9 @@ extension RunLoop {
     /// `handler` is never called after `target`'s deinitialization.
     ///
     /// ```swift
+    /// import RunLoopKit
+    /// import Synchronization
+    ///
     /// final class Clock: Sendable {
     ///     let timer: Mutex<RunLoopTimer?> = Mutex(nil)
     ///     init(loop: RunLoop) {
@@ -51,6 +54,8 @@ extension RunLoop {
     ///         }
     ///         self.timer.withLock { $0 = timer }
     ///     }
+    ///
+    ///     func tick() { /* ... */ }
     /// }
     /// ```
     ///

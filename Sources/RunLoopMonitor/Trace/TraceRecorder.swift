@@ -8,11 +8,14 @@ import Synchronization
 /// (``Trace/timelineHTML(title:)``).
 ///
 /// ```swift
+/// import Foundation                     // Data and URL, to write the files
+/// import RunLoopMonitor
+///
 /// let recorder = try TraceRecorder(capacityPerLoop: 100_000)
 /// recorder.record(loop)                 // from the loop's next pass
 /// // ... the loop runs ...
 /// let trace = recorder.snapshot()
-/// try trace.chromeTraceJSON().write(to: URL(filePath: "run.json"))
+/// try Data(trace.chromeTraceJSON()).write(to: URL(filePath: "run.json"))
 /// try trace.timelineHTML(title: "my run").write(to: URL(filePath: "run.html"), atomically: true, encoding: .utf8)
 /// ```
 ///
