@@ -11,6 +11,9 @@ import class RunLoopKit.RunLoop
 /// or when a callout says it took time (``VirtualTimeLoop/elapse(_:)``); nothing sleeps, and the
 /// machine's speed changes nothing.
 ///
+/// <!-- snippet: prelude
+/// import Testing
+/// -->
 /// ```swift
 /// try withVirtualTime { time in
 ///     let fires = LoopBound<[Duration]>([])  // the callbacks run on this thread

@@ -5,6 +5,9 @@ extension RunLoop {
     /// Creates a timer and adds it to this loop in `mode`: NSTimer's
     /// `scheduledTimerWithTimeInterval:repeats:block:`, for any loop (not only the caller's).
     ///
+    /// <!-- snippet: prelude
+    /// func refresh() {}
+    /// -->
     /// ```swift
     /// let timer = loop.schedule(after: .seconds(1), repeating: .seconds(1), mode: .common) { _ in
     ///     refresh()

@@ -124,6 +124,10 @@ public final class TraceRecorder: Sendable {
     /// Adds a stall a ``StallMonitor`` reported (its `ended` event; a `began` is ignored): shown
     /// as a span over the stalled thread's lane. Pass it from the monitor's handler:
     ///
+    /// <!-- snippet: prelude
+    /// let recorder = try TraceRecorder(capacityPerLoop: 1_000)
+    /// let monitor = StallMonitor(loop: loop)
+    /// -->
     /// ```swift
     /// monitor.start { event in recorder.record(event) }
     /// ```
