@@ -24,9 +24,9 @@ import Synchronization
 /// calls; see BENCHMARKS.md for the figures). Memory is fixed: `capacityPerLoop` records of 48
 /// bytes per loop; the oldest are overwritten.
 ///
-/// What a trace cannot show: events of a loop before ``record(_:)-(RunLoop)`` took effect (the loop takes
-/// up the ring at its next pass of its outermost run), and spans still open at a snapshot (the run
-/// in progress, the callout running now): a snapshot holds what has ended.
+/// What a trace cannot show: events of a loop before ``record(_:)-(RunLoop)`` took effect (the
+/// loop takes up the ring at its next pass of its outermost run), and spans still open at a
+/// snapshot (the run in progress, the callout running now): a snapshot holds what has ended.
 public final class TraceRecorder: Sendable {
     /// Why a recorder could not be made.
     public enum ConfigurationError: Error, CustomStringConvertible, Equatable {
