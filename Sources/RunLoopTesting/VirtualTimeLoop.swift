@@ -5,12 +5,15 @@ import class RunLoopKit.RunLoop
 /// Runs `body` with the calling thread on virtual time and a fresh ``VirtualTimeLoop`` as its
 /// current loop, then tears that loop down and gives the thread its clock and loop back.
 ///
-/// Inside `body`, ``RunLoopKit/RunLoop/current`` is the virtual-time loop and every clock read
+/// Inside `body`, `RunLoop.current` is the virtual-time loop and every clock read
 /// of RunLoopKit on this thread is virtual: a `RunLoopTimer(after:)` made here is due that long
 /// after the virtual now. Time moves only when the test says so (``VirtualTimeLoop/advance(by:in:maxPasses:)``)
 /// or when a callout says it took time (``VirtualTimeLoop/elapse(_:)``); nothing sleeps, and the
 /// machine's speed changes nothing.
 ///
+/// <!-- snippet: prelude
+/// import Testing
+/// -->
 /// ```swift
 /// try withVirtualTime { time in
 ///     let fires = LoopBound<[Duration]>([])  // the callbacks run on this thread
@@ -49,7 +52,7 @@ public func withVirtualTime<Result, Failure: Error>(
 /// Where the loop would sleep, it polls its descriptor sources instead, so pipes and sockets
 /// still work.
 ///
-/// What stays on real time: ``RunLoopKit/RunLoop/timerSpinWindow`` (the loop never spins), display
+/// What stays on real time: `RunLoop.timerSpinWindow` (the loop never spins), display
 /// links and anything else driven by a kernel timer of its own, and clocks other than RunLoopKit's
 /// (`ContinuousClock.now`, `Date()`): compute instants from ``now``.
 ///
@@ -69,7 +72,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     /// The virtual instant ``withVirtualTime(_:)`` started at (the real clock's reading then).
     public let start: ContinuousClock.Instant
 
-    /// The loop, which is ``RunLoopKit/RunLoop/current`` on this thread while the scope lasts.
+    /// The loop, which is `RunLoop.current` on this thread while the scope lasts.
     public var runLoop: RunLoop { scope.loop }
 
     /// Now, on the virtual clock.
@@ -100,7 +103,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     /// instant a timer is due (in deadline order, repeating timers rescheduled as in production),
     /// then, at the end, until the loop would sleep (see ``runUntilIdle(in:maxPasses:)``).
     ///
-    /// A ``RunLoopKit/RunLoop/stop()`` from a callout ends the current run; the clock still moves
+    /// A `RunLoop.stop()` from a callout ends the current run; the clock still moves
     /// to the end (another run takes over). A mode with nothing in it lets the time pass. A run
     /// a callout nests moves the clock as it would in production (it sleeps to its own deadline).
     ///

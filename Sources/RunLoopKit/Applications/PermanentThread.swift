@@ -5,6 +5,12 @@ import Synchronization
 /// A thread whose run loop stays alive to take tasks, stops cleanly, and never leaks: iOS's
 /// thread keep-alive (线程保活, ZXYPermenantThread / LBPPermenantThread), done properly.
 ///
+/// <!-- snippet: prelude
+/// struct Record: Sendable {}
+/// final class Database: Sendable { func write(_ record: Record) {}; var count: Int { 0 } }
+/// let database = Database()
+/// let record = Record()
+/// -->
 /// ```swift
 /// let worker = PermanentThread(name: "db-writer")
 /// try worker.execute { database.write(record) }           // asynchronous, in order

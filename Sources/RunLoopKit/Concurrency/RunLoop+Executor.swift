@@ -29,6 +29,7 @@ extension RunLoop: SerialExecutor {
     /// ```swift
     /// actor Model {
     ///     let loop: RunLoop
+    ///     init(loop: RunLoop) { self.loop = loop }
     ///     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
     /// }
     /// ```

@@ -26,6 +26,10 @@ extension RunLoop {
     /// Runs `body` on the loop's thread, the next time the loop runs in one of `modes`
     /// (``Mode/common`` matches every common mode), and returns its value or rethrows its error.
     ///
+    /// <!-- snippet: prelude
+    /// final class Model { var items: [Int] = [] }
+    /// nonisolated(unsafe) let model = Model()   // state only the loop's thread touches
+    /// -->
     /// ```swift
     /// let count = try await loop.submit { model.items.count }   // on the loop's thread
     /// ```

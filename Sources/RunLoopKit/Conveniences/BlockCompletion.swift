@@ -62,6 +62,7 @@ package enum BlockOutcome<Value: Sendable>: Sendable {
 
 /// The outcome of one block queued on a loop, for a thread that waits for it.
 ///
+/// <!-- snippet: skip (a package type: only RunLoopKit's own modules can use it) -->
 /// ```swift
 /// let completion = BlockCompletion<Int>()
 /// loop.perform(inModes: modes, completion.block { 42 })

@@ -76,6 +76,10 @@ extension RunLoop {
     /// not scrolling — is `loop.perform(after: .zero, inModes: [.default]) { show(image) }`: while
     /// the loop runs in ``Mode/tracking`` the block waits; back in ``Mode/default``, it runs.
     ///
+    /// <!-- snippet: prelude
+    /// func search(_ text: String) {}
+    /// let text = "run loop"
+    /// -->
     /// ```swift
     /// let request = loop.perform(after: .milliseconds(300)) { search(text) }
     /// // a new keystroke:
@@ -119,6 +123,10 @@ extension RunLoop {
     /// ``cancelPreviousPerformRequests(withTarget:)`` can find by its target, as NSObject's
     /// `performSelector:withObject:afterDelay:` and `cancelPreviousPerformRequestsWithTarget:`.
     ///
+    /// <!-- snippet: prelude
+    /// final class SearchBox: Sendable { func search() {} }
+    /// let searchBox = SearchBox()
+    /// -->
     /// ```swift
     /// // Coalesce: each keystroke replaces the pending search.
     /// loop.cancelPreviousPerformRequests(withTarget: searchBox)

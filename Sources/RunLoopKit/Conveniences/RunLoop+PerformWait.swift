@@ -3,6 +3,11 @@ extension RunLoop {
     /// and, with `waitUntilDone`, blocks the calling thread until it has run — NSObject's
     /// `performSelector:onThread:withObject:waitUntilDone:modes:` for closures.
     ///
+    /// <!-- snippet: prelude
+    /// let networkThread = PermanentThread(name: "network")
+    /// let networkLoop = networkThread.loop
+    /// nonisolated(unsafe) var connections: [Int32] = []  // the network thread's
+    /// -->
     /// ```swift
     /// // From any thread: run on the network thread's loop, and wait for it.
     /// try networkLoop.perform(inModes: [.common], waitUntilDone: true) {
@@ -73,6 +78,11 @@ extension RunLoop {
     /// ``perform(inModes:waitUntilDone:_:)`` for a caller that must not wait forever for a loop
     /// that is busy, runs in another mode, or never runs.
     ///
+    /// <!-- snippet: prelude
+    /// let worker = PermanentThread(name: "worker")
+    /// func flush() {}
+    /// func log(_ message: String) {}
+    /// -->
     /// ```swift
     /// switch try worker.loop.perform(inModes: [.common], waitingAtMost: .seconds(1), { flush() }) {
     /// case .completed: break

@@ -5,6 +5,9 @@ extension RunLoop {
     /// Creates a timer and adds it to this loop in `mode`: NSTimer's
     /// `scheduledTimerWithTimeInterval:repeats:block:`, for any loop (not only the caller's).
     ///
+    /// <!-- snippet: prelude
+    /// func refresh() {}
+    /// -->
     /// ```swift
     /// let timer = loop.schedule(after: .seconds(1), repeating: .seconds(1), mode: .common) { _ in
     ///     refresh()
@@ -43,6 +46,9 @@ extension RunLoop {
     /// `handler` is never called after `target`'s deinitialization.
     ///
     /// ```swift
+    /// import RunLoopKit
+    /// import Synchronization
+    ///
     /// final class Clock: Sendable {
     ///     let timer: Mutex<RunLoopTimer?> = Mutex(nil)
     ///     init(loop: RunLoop) {
@@ -51,6 +57,8 @@ extension RunLoop {
     ///         }
     ///         self.timer.withLock { $0 = timer }
     ///     }
+    ///
+    ///     func tick() { /* ... */ }
     /// }
     /// ```
     ///

@@ -41,7 +41,9 @@ public final class IterationMetrics: Sendable {
 
     /// Starts feeding the recorders from `loop`'s passes (any thread).
     ///
-    /// - Parameter name: The `loop` dimension; the loop thread's name if nil.
+    /// - Parameters:
+    ///   - loop: The loop whose passes are recorded.
+    ///   - name: The `loop` dimension; the loop thread's name if nil.
     public init(loop: RunLoop, name: String? = nil) {
         let name = name ?? loop.threadName
         self.name = name

@@ -48,7 +48,9 @@ public enum TimelinePage {
     /// bare array of events, each with a string `ph`, numeric `ts` where the phase needs one, and
     /// a numeric `dur` for complete events) and returns its event count.
     ///
-    /// - Parameter limit: The largest size accepted (tests pass a small one).
+    /// - Parameters:
+    ///   - data: The file's bytes.
+    ///   - limit: The largest size accepted (tests pass a small one).
     public static func validate(_ data: [UInt8], limit: Int = maximumInputBytes) throws(InputError) -> Int {
         guard data.count <= limit else { throw .tooLarge(bytes: data.count, limit: limit) }
         try checkUTF8(data)
@@ -104,7 +106,7 @@ public enum TimelinePage {
         throw .notUTF8("an invalid UTF-8 sequence at byte \(offset)")
     }
 
-    /// The page for a Chrome trace file, checked first (see ``validate(_:)``).
+    /// The page for a Chrome trace file, checked first (see ``validate(_:limit:)``).
     public static func html(chromeTrace data: [UInt8], title: String) throws(InputError) -> String {
         _ = try validate(data)
         return page(json: data, title: title)

@@ -8,11 +8,14 @@ import Synchronization
 /// (``Trace/timelineHTML(title:)``).
 ///
 /// ```swift
+/// import Foundation                     // Data and URL, to write the files
+/// import RunLoopMonitor
+///
 /// let recorder = try TraceRecorder(capacityPerLoop: 100_000)
 /// recorder.record(loop)                 // from the loop's next pass
 /// // ... the loop runs ...
 /// let trace = recorder.snapshot()
-/// try trace.chromeTraceJSON().write(to: URL(filePath: "run.json"))
+/// try Data(trace.chromeTraceJSON()).write(to: URL(filePath: "run.json"))
 /// try trace.timelineHTML(title: "my run").write(to: URL(filePath: "run.html"), atomically: true, encoding: .utf8)
 /// ```
 ///
@@ -21,9 +24,9 @@ import Synchronization
 /// calls; see BENCHMARKS.md for the figures). Memory is fixed: `capacityPerLoop` records of 48
 /// bytes per loop; the oldest are overwritten.
 ///
-/// What a trace cannot show: events of a loop before ``record(_:)`` took effect (the loop takes
-/// up the ring at its next pass of its outermost run), and spans still open at a snapshot (the run
-/// in progress, the callout running now): a snapshot holds what has ended.
+/// What a trace cannot show: events of a loop before ``record(_:)-(RunLoop)`` took effect (the
+/// loop takes up the ring at its next pass of its outermost run), and spans still open at a
+/// snapshot (the run in progress, the callout running now): a snapshot holds what has ended.
 public final class TraceRecorder: Sendable {
     /// Why a recorder could not be made.
     public enum ConfigurationError: Error, CustomStringConvertible, Equatable {
@@ -121,6 +124,10 @@ public final class TraceRecorder: Sendable {
     /// Adds a stall a ``StallMonitor`` reported (its `ended` event; a `began` is ignored): shown
     /// as a span over the stalled thread's lane. Pass it from the monitor's handler:
     ///
+    /// <!-- snippet: prelude
+    /// let recorder = try TraceRecorder(capacityPerLoop: 1_000)
+    /// let monitor = StallMonitor(loop: loop)
+    /// -->
     /// ```swift
     /// monitor.start { event in recorder.record(event) }
     /// ```

@@ -5,11 +5,11 @@ import SystemPackage
 /// `CADisplayLink` for Linux, headless: a handler called once per frame on its loop's thread, in
 /// its modes.
 ///
-/// It is a version-1 source (``RunLoopKit/FileDescriptorSource``) on a timerfd armed on an
-/// absolute grid, `start + k × (1 s / framesPerSecond)` on the loop's clock: no drift, however late
-/// a frame is handled. When the loop is late (a stall, or another mode running), the timerfd's
-/// expiration count says how many frames went by: ``Frame/droppedFrames`` is that count minus
-/// one, never a guess from rounding. Paused means disarmed: a paused link never wakes its loop.
+/// It is a version-1 source (`FileDescriptorSource`) on a timerfd armed on an absolute grid,
+/// `start + k × (1 s / framesPerSecond)` on the loop's clock: no drift, however late a frame is
+/// handled. When the loop is late (a stall, or another mode running), the timerfd's expiration
+/// count says how many frames went by: ``Frame/droppedFrames`` is that count minus one, never a
+/// guess from rounding. Paused means disarmed: a paused link never wakes its loop.
 ///
 /// No real display's vertical blank is followed (this machine has no `/dev/dri` and no Wayland
 /// display): frames are paced by the clock, as Choreographer does without vsync.

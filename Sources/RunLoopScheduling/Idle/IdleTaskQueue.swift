@@ -16,7 +16,7 @@ public enum IdleTaskResult: Sendable, Hashable {
 ///
 /// Poll ``shouldYield`` between units of work: it turns true when the idle period's budget is
 /// spent, when a timer of the loop's mode is due, or as soon as the loop has new input (a wakeup,
-/// a block or message from another thread, a ready descriptor: ``RunLoopKit/RunLoop/hasPendingInput``),
+/// a block or message from another thread, a ready descriptor: `RunLoop.hasPendingInput`),
 /// so that idle work never delays real work by more than one unit. requestIdleCallback and
 /// React's scheduler can only look at the clock.
 public struct IdleDeadline: Sendable {
@@ -67,7 +67,7 @@ public struct IdleDeadline: Sendable {
 ///   ASRunLoopQueue scans the queue).
 /// - **Capacity.** Past `capacity` tasks the oldest is dropped and counted in ``droppedCount``.
 /// - **Timeouts.** A task given a timeout that has not started within it runs as an ordinary block
-///   of the loop (``RunLoopKit/RunLoop/perform(inModes:_:)``, in the queue's modes), with
+///   of the loop (`RunLoop.perform(inModes:_:)`, in the queue's modes), with
 ///   ``IdleDeadline/didTimeout`` true: a loop that is never idle cannot starve it. A timed-out task
 ///   that returns ``IdleTaskResult/more`` is queued again with a fresh timeout.
 ///
@@ -123,6 +123,8 @@ public final class IdleTaskQueue: Sendable {
     ///   - key: when given, replaces the queued task with this key (which then never runs).
     ///   - timeout: when given, the task runs as an ordinary block if no idle period has started
     ///     it within this time (see the type's rules).
+    ///   - task: one unit of work, run on the loop's thread; it returns ``IdleTaskResult/more`` to
+    ///     be queued again.
     /// - Returns: false when the queue was invalidated or its loop's thread exited (the task is
     ///   dropped).
     /// - Complexity: O(1) amortized (O(log n) with a timeout).
