@@ -242,3 +242,112 @@ enum Trust {
         }
     }
 }
+
+/// Scenarios of the probe's hostile-use findings.
+enum Hostile {
+    /// fork() while another thread captures stacks in a loop (of a running thread that blocks the
+    /// signal, so each capture holds the capture lock for its whole timeout) and symbolicates
+    /// them: each of 20 children captures its own stack and starts and stops a stall monitor.
+    static func forkWhileCapturing() {
+        let stop = Atomic<Bool>(false)
+        let spinnerID = Atomic<Int32>(0)
+        let spinner = Thread {
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, ThreadStack.signalNumber)
+            pthread_sigmask(SIG_BLOCK, &set, nil)
+            spinnerID.store(ProbeThreads.currentID(), ordering: .releasing)
+            while !stop.load(ordering: .relaxed) { _ = probeCrunchNumbers(until: .now + .milliseconds(1)) }
+        }
+        spinner.start()
+        while spinnerID.load(ordering: .acquiring) == 0 { usleep(1000) }
+        let capturer = Thread {
+            while !stop.load(ordering: .relaxed) {
+                _ = try? ThreadStack.captureAddresses(threadID: spinnerID.load(ordering: .relaxed), timeout: .milliseconds(20))
+                if let own = try? ThreadStack.captureAddresses(threadID: ProbeThreads.currentID()) {
+                    _ = ThreadStack.symbolicate(own)
+                }
+            }
+        }
+        capturer.start()
+        usleep(50_000)
+        var healthy = 0
+        for index in 0..<20 {
+            usleep(UInt32(3_000 + index * 1_700))
+            let child = fork()
+            if child == 0 {
+                var ok = false
+                if let frames = try? ThreadStack.capture(threadID: ProbeThreads.currentID()), !frames.isEmpty {
+                    let worker = PermanentThread(name: "child-loop")
+                    let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(50), sampleInterval: .milliseconds(10), logger: nil)
+                    monitor.start { _ in }
+                    _ = try? worker.executeAndWait { usleep(1_000) }
+                    monitor.stop()
+                    worker.stop()
+                    ok = true
+                }
+                _exit(ok ? 0 : 3)
+            }
+            var status: Int32 = 0
+            var waited = 0
+            while waitpid(child, &status, WNOHANG) == 0 && waited < 1000 {
+                usleep(10_000)
+                waited += 1
+            }
+            if waited >= 1000 {
+                kill(child, SIGKILL)
+                waitpid(child, &status, 0)
+                say("child \(index) hung")
+            } else if (status & 0x7f) == 0 && (status >> 8) & 0xff == 0 {
+                healthy += 1
+            } else {
+                say("child \(index) status \(status)")
+            }
+        }
+        stop.store(true, ordering: .relaxed)
+        usleep(100_000)
+        say("children ok \(healthy)/20")
+        exit(healthy == 20 ? 0 : 1)
+    }
+
+    /// The capture signal's disposition changed behind ThreadStack's back: reset to its default
+    /// (a send would kill the process), then taken by another handler. Each capture of a running
+    /// thread is a clear error, and the process lives.
+    static func handlerReplaced() {
+        let stop = Atomic<Bool>(false)
+        let spinnerID = Atomic<Int32>(0)
+        let spinner = Thread {
+            spinnerID.store(ProbeThreads.currentID(), ordering: .releasing)
+            while !stop.load(ordering: .relaxed) { _ = probeCrunchNumbers(until: .now + .milliseconds(1)) }
+        }
+        spinner.start()
+        while spinnerID.load(ordering: .acquiring) == 0 { usleep(1000) }
+        try? ThreadStack.install()
+        let before = try? ThreadStack.captureAddresses(threadID: spinnerID.load(ordering: .relaxed))
+        say("installed: \(before == nil ? "no stack" : "stack")")
+        signal(ThreadStack.signalNumber, SIG_DFL)
+        do {
+            _ = try ThreadStack.captureAddresses(threadID: spinnerID.load(ordering: .relaxed))
+            say("default: captured")
+        } catch {
+            say("default: \(error)")
+        }
+        signal(ThreadStack.signalNumber) { _ in }
+        do {
+            _ = try ThreadStack.captureAddresses(threadID: spinnerID.load(ordering: .relaxed))
+            say("foreign: captured")
+        } catch {
+            say("foreign: \(error)")
+        }
+        stop.store(true, ordering: .relaxed)
+        say("alive")
+    }
+}
+
+/// The calling thread's kernel id.
+enum ProbeThreads {
+    static func currentID() -> Int32 { Int32(truncatingIfNeeded: syscall_gettid()) }
+}
+
+@_silgen_name("gettid")
+func syscall_gettid() -> pid_t

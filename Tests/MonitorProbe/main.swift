@@ -3,6 +3,10 @@
 //   trust [NAME]      what a monitor must do in a real program (Trust.swift): blocked stalls read
 //                     without changing them, one stall per callout, blame, end, back-off; prints
 //                     ok/FAIL lines, exits 1 on a failure. NAME runs one scenario.
+//   fork-captures     20 fork()s while another thread captures and symbolicates in a loop: each
+//                     child captures and runs a stall monitor; prints "children ok N/20".
+//   handler-replaced  the capture signal reset to SIG_DFL, then given another handler: captures
+//                     fail with a clear error and the process lives.
 //   stall DIR?        a 400 ms busy stall and a 400 ms blocked stall on a watched loop; prints each
 //                     event as a JSON line ("began"/"ended" + the report), then "done". In a
 //                     release build (frame pointers omitted) this checks the unwinder CI relies on.
@@ -31,6 +35,12 @@ import RunLoopMonitor
 func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
+// A process started by the test runner (Foundation's Process, from a libdispatch thread) inherits
+// a mask that blocks every signal; a program started from a shell blocks none. Start as the latter.
+var noSignals = sigset_t()
+sigemptyset(&noSignals)
+pthread_sigmask(SIG_SETMASK, &noSignals, nil)
+
 let arguments = CommandLine.arguments
 let scenario = arguments.count > 1 ? arguments[1] : ""
 
@@ -44,6 +54,10 @@ func printJSON(_ event: String, _ report: StallReport) {
 switch scenario {
 case "trust":
     Trust.run(only: arguments.count > 2 ? arguments[2] : nil)
+case "fork-captures":
+    Hostile.forkWhileCapturing()
+case "handler-replaced":
+    Hostile.handlerReplaced()
 case "stall":
     Probes.stall()
 case "hang":
@@ -67,6 +81,6 @@ case "pidns":
 case "torn-write":
     Probes.tornWrite(directory: arguments[2])
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
     exit(2)
 }

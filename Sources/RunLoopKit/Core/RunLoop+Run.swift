@@ -125,6 +125,10 @@ extension RunLoop {
     /// blocks; also for ``Mode/common``), ``distantFuture`` if it has work but no timer, and the
     /// earliest timer's fire date otherwise.
     ///
+    /// <!-- snippet: prelude
+    /// var running = true
+    /// func waitForMyOwnEvents(until deadline: ContinuousClock.Instant) {}
+    /// -->
     /// ```swift
     /// while running {
     ///     guard let next = loop.limitDate(forMode: .default) else { break }

@@ -1,0 +1,87 @@
+import Foundation
+@testable import RunLoopMonitor
+import Testing
+
+extension RunLoopMonitorSuites {
+/// A stall monitor in a real program: it must not change what it watches, and must blame the
+/// right callout and function. The scenarios run in MonitorProbe (Tests/MonitorProbe/Trust.swift),
+/// a process of their own, here built in debug; CI runs the same probe built in release.
+@Suite struct MonitorTrustTests {
+    @Test(arguments: ["usleep", "sleep", "tasks", "exit", "backoff"])
+    func aRealProgramIsWatchedWithoutChangingIt(scenario: String) throws {
+        let probe = try runMonitorProbe(["trust", scenario])
+        #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
+        #expect(!probe.stdout.contains("FAIL"), "\(probe.stdout)")
+        #expect(probe.stdout.contains("ok: "), "\(probe.stdout)")
+    }
+
+    /// fork() while another thread is mid-capture or mid-symbolication: every child can capture
+    /// and run a monitor (before, a child died on the capture lock its parent's thread held:
+    /// "Unknown error occurred while attempting to acquire a Mutex").
+    @Test func twentyChildrenForkedMidCaptureAllCaptureAndMonitor() throws {
+        let probe = try runMonitorProbe(["fork-captures"], timeout: .seconds(120))
+        #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
+        #expect(probe.stdout.contains("children ok 20/20"), "\(probe.stdout)")
+    }
+
+    /// The capture signal reset to its default action, or taken by another handler, after
+    /// ThreadStack installed its own: a clear error, no signal sent, and the process lives
+    /// (before, the next capture killed it with "Real-time signal 7").
+    @Test func aReplacedHandlerIsAClearErrorNotAKill() throws {
+        let probe = try runMonitorProbe(["handler-replaced"])
+        #expect(probe.status == 0, "\(probe.stderr)")
+        #expect(probe.stdout.contains("installed: stack"))
+        #expect(probe.stdout.contains("default: the handler of signal"), "\(probe.stdout)")
+        #expect(probe.stdout.contains("foreign: the handler of signal"), "\(probe.stdout)")
+        #expect(probe.stdout.contains("alive"))
+    }
+
+    static func frame(_ symbol: String, image: String = "/app/bin", file: String? = "/src/App/Work.swift") -> StackFrame {
+        StackFrame(address: UInt64(abs(symbol.hashValue) % 100_000), image: image, imageOffset: 0, symbol: symbol, file: file, line: 1)
+    }
+
+    /// A callout where `slowB` is sampled 6 times, split over two innermost leaves
+    /// (`clock_gettime` and `swift_get_time`), and `slowA` 3 times identically: the most frequent
+    /// identical stack is `slowA`'s, but the call tree blames `slowB`.
+    @Test func theCallTreeBlamesTheHeaviestPathNotTheMostFrequentStack() {
+        let base = [Self.frame("callout()"), Self.frame("RunLoop.doBlocks(_:)", file: "/x/Sources/RunLoopKit/Core/RunLoop+Run.swift"),
+                    Self.frame("start_thread", image: "/lib/x86_64-linux-gnu/libc.so.6", file: nil)]
+        let clock = Self.frame("clock_gettime", image: "/lib/x86_64-linux-gnu/libc.so.6", file: nil)
+        let swiftTime = Self.frame("swift_get_time", image: "/usr/lib/swift/linux/libswiftCore.so", file: nil)
+        let samples = [
+            StackSample(count: 3, frames: [clock, Self.frame("slowA()")] + base),
+            StackSample(count: 3, frames: [clock, Self.frame("slowB()")] + base),
+            StackSample(count: 3, frames: [swiftTime, Self.frame("slowB()")] + base),
+        ]
+        #expect(StackSample.culprit(in: samples) == "slowA()")  // the old rule
+        let tree = CallTree(samples)
+        #expect(tree.sampleCount == 9)
+        #expect(tree.blamed == "slowB()")
+        #expect(tree.heaviestPath.map(\.name) == ["start_thread", "RunLoop.doBlocks(_:)", "callout()", "slowB()"])
+        #expect(tree.folded.split(separator: "\n").sorted() == [
+            "start_thread;RunLoop.doBlocks(_:);callout();slowA();clock_gettime 3",
+            "start_thread;RunLoop.doBlocks(_:);callout();slowB();clock_gettime 3",
+            "start_thread;RunLoop.doBlocks(_:);callout();slowB();swift_get_time 3",
+        ])
+        var report = StallReport(
+            id: "x", processID: 1, threadName: "t", threadID: 2, mode: "m", phase: "blocks", startedAt: Date(),
+            duration: .seconds(1), threadCPUTime: .seconds(1), cpuMeasuredOver: .seconds(1), stacks: [], sampleCount: 9)
+        report.attribute(samples)
+        #expect(report.stuckIn == "slowB()")
+        #expect(report.foldedStacks == tree.folded)
+    }
+
+    /// Ties: the child seen first wins; a path stops where no child holds half the samples; a
+    /// library frame (RunLoopKit's, the C library's) is never blamed.
+    @Test func theBlameRuleOnTiesAndSplits() {
+        let main = Self.frame("main")
+        let a = StackSample(count: 2, frames: [Self.frame("a()"), main])
+        let b = StackSample(count: 2, frames: [Self.frame("b()"), main])
+        #expect(CallTree([a, b]).blamed == "a()")
+        let c = StackSample(count: 1, frames: [Self.frame("c()"), main])
+        #expect(CallTree([a, b, c]).blamed == "main")  // neither a nor b holds half of 5
+        let library = StackSample(count: 5, frames: [Self.frame("RunLoop.run()", file: "/p/Sources/RunLoopKit/Core/RunLoop.swift"), main])
+        #expect(CallTree([library]).blamed == "main")
+    }
+}
+}
