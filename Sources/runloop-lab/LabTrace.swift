@@ -22,6 +22,10 @@ enum LabTrace {
     /// reads its own loops' trace uses this one (a loop records into one buffer at a time).
     static var recording: TraceRecorder? { current.withLock { $0 } }
 
+    /// Where the tour writes its traces (`tour --trace DIR`), while an experiment is traced.
+    static var directory: String? { currentDirectory.withLock { $0 } }
+    private static let currentDirectory = Mutex<String?>(nil)
+
     /// Adds a stall a StallMonitor reported to the trace, if an experiment is being traced: a
     /// span over the stalled thread's lane.
     static func recordIfTracing(_ event: StallEvent) {
@@ -34,8 +38,10 @@ enum LabTrace {
         guard let directory else { return body() }
         let recorder = try TraceRecorder(capacityPerLoop: 65_536)
         current.withLock { $0 = recorder }
+        currentDirectory.withLock { $0 = directory }
         body()
         current.withLock { $0 = nil }
+        currentDirectory.withLock { $0 = nil }
         recorder.stop()
         let trace = recorder.snapshot()
         let spans = trace.lanes.reduce(0) { $0 + $1.spans.count }

@@ -85,3 +85,20 @@ extension RunLoopMonitorSuites {
     }
 }
 }
+
+extension RunLoopMonitorSuites.MonitorTrustTests {
+    /// The flame graph page: one box per node of the folded stacks, widths by samples, the blamed
+    /// function outlined, and names escaped (a label or symbol cannot inject markup).
+    @Test func theFlameGraphPageDrawsTheFoldedStacksAndEscapesNames() {
+        let folded = "main;work();slowB() 6\nmain;work();slowA() 3\nmain;<script>alert(1)</script> 1\nnot a line\n"
+        let page = FlameGraphPage.html(folded: folded, title: "a \"title\" <b>", blamed: "slowB()")
+        #expect(page.contains("data-samples=\"10\""))
+        #expect(page.contains("data-name=\"slowB()\" data-samples=\"6\" data-blamed=\"true\""))
+        #expect(page.contains("data-name=\"slowA()\" data-samples=\"3\">"))
+        #expect(!page.contains("<script>"))
+        #expect(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+        #expect(page.contains("a &quot;title&quot; &lt;b&gt;"))
+        // all, main, work(), slowB(), slowA(), the script-named leaf.
+        #expect(page.contains("data-boxes=\"6\""))
+    }
+}

@@ -15,7 +15,8 @@ struct LagMonitorSideBySide: Experiment {
         semaphore; a watchdog that waits 50 ms at a time and declares a stall at the 5th timeout in \
         a row in beforeSources or afterWaiting) and a StallMonitor (threshold 200 ms, a stack every \
         25 ms) watch a PermanentThread 'ui-loop' through two 400 ms stalls, a busy timer callback \
-        and a blocking task; then both watch the main loop through a slow DispatchQueue.main block. \
+        and a blocking task; then both watch the main loop through a slow DispatchQueue.main block; \
+        last, a task blocked in one 400 ms usleep, which the monitor must not cut short. \
         Each stall's .ended is awaited before the next. The seed's verdict is a yes or no and an \
         activity; the monitor's report names the function, the phase, the CPU used and the stacks; \
         the stalled thread's own schedstat is the truth to compare with.
@@ -137,12 +138,52 @@ struct LagMonitorSideBySide: Experiment {
                 })
         }
 
+        // (d) Blocked in one call: a task that sleeps 400 ms in a single usleep. A signal would end
+        // that sleep early (EINTR); the monitor reads the parked thread's stack without one.
+        let slept = Mutex<(result: Int32, error: Int32, took: Duration)?>(nil)
+        outcomes.append(
+            stall("(d) waitForReply(): a task in one usleep(400 ms) on 'ui-loop'", inbox, seedOnWorker) {
+                start, end in
+                try? worker.execute {
+                    start.mark()
+                    let began = ContinuousClock.now
+                    let outcome = waitForReply()
+                    end.mark()
+                    slept.withLock { $0 = (outcome.result, outcome.error, ContinuousClock.now - began) }
+                }
+            })
+
         monitor.stop()
         seedOnWorker.end()
         worker.stop()
 
         for outcome in outcomes { Self.print(outcome) }
+        if let (result, error, took) = slept.withLock({ $0 }) {
+            Out.line(
+                "(d) usleep(400 ms) returned \(result)\(result == 0 ? "" : " (errno \(error))") after \(Trace.ms(took)): "
+                    + (result == 0 && took >= Self.stallLength
+                        ? "the whole sleep, though the monitor sampled the thread every \(Trace.ms(Self.sampleInterval)) (read where the kernel parked it, never signalled)"
+                        : "cut short: watching changed the program"))
+        }
+        writeFlameGraphs(outcomes)
         conclude(outcomes)
+    }
+
+    /// Writes each reported stall's flame graph page (FlameGraphPage) beside the tour's traces, or
+    /// in the temporary directory; prints where.
+    private func writeFlameGraphs(_ outcomes: [Outcome]) {
+        let directory = LabTrace.directory.map { URL(filePath: $0) } ?? FileManager.default.temporaryDirectory
+        for (index, outcome) in outcomes.enumerated() {
+            guard case .ended(let report) = outcome.ended?.event, !report.foldedStacks.isEmpty else { continue }
+            let letter = ["a", "b", "c", "d"][min(index, 3)]
+            let file = directory.appending(path: "stall-\(letter)-flamegraph.html")
+            do {
+                try FlameGraphPage.html(for: report).write(to: file, atomically: true, encoding: .utf8)
+                Out.line("flame graph of (\(letter)), \(report.sampleCount) samples, blamed \(report.stuckIn ?? "?"): \(file.path)")
+            } catch {
+                Out.line("flame graph of (\(letter)): cannot write \(file.path): \(error)")
+            }
+        }
     }
 
     /// Starts one stall with `trigger`, waits for the monitor's `.began` and `.ended`, then for the
@@ -329,6 +370,14 @@ func readConfigSynchronously() {
     while monotonicNanoseconds < end {
         nanosleep(&step, nil)  // a signal (a stack capture) ends a step early: the loop goes on
     }
+}
+
+/// Stall (d): one blocking call, a 400 ms usleep (a synchronous request waiting for its reply);
+/// returns usleep's result and errno, so an interrupted sleep shows (-1, EINTR).
+@inline(never)
+func waitForReply() -> (result: Int32, error: Int32) {
+    let result = usleep(UInt32(LagMonitorSideBySide.stallLength / .microseconds(1)))
+    return (result, errno)
 }
 
 /// Stall (c): computing 5 ms, sleeping 5 ms, over and over.
