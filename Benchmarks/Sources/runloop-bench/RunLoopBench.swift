@@ -20,6 +20,7 @@ func workloads(full: Bool) -> [any Workload] {
         MessagePortWorkload(),
         StallMonitorWorkload(),
         StackCaptureWorkload(),
+        ParkedCaptureWorkload(),
         CPUScanWorkload(),
         IdleFeedWorkload(),
         SchedulingWakeupsWorkload(),
