@@ -243,8 +243,6 @@ final class LoopInstrumentation: Sendable {
 
     /// `generation << 8 | phase`: one word, so a reader sees a phase with its own pass.
     let phaseWord = Atomic<UInt64>(0)
-    /// `sequence << 32 | label << 8 | kind` of the callout in progress (see Callouts.swift).
-    let calloutWord = Atomic<UInt64>(0)
     /// When the current phase began (loop nanoseconds), while stamped; 0 otherwise.
     let phaseStartNs = Atomic<Int64>(0)
     /// When the loop last started working (see ``RunLoop/PhaseSnapshot/busySince``), while
@@ -260,6 +258,8 @@ final class LoopInstrumentation: Sendable {
     /// per pass of its outermost run).
     let traceBuffer = Mutex<TraceBuffer?>(nil)
     let traceVersion = Atomic<UInt64>(0)
+    /// `sequence << 32 | label << 8 | kind` of the callout in progress (see Callouts.swift).
+    let calloutWord = Atomic<UInt64>(0)
     private let reporters = Mutex<(nextID: UInt64, list: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)])>(
         (1, []))
 

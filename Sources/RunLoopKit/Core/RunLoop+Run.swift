@@ -1377,8 +1377,6 @@ final class LoopThreadState: @unchecked Sendable {
     /// The pass count behind ``RunLoop/PhaseSnapshot/generation``, and the phase published now.
     @exclusivity(unchecked) var generation: UInt64 = 0
     @exclusivity(unchecked) var phase: RunLoop.Phase = .notRunning
-    /// Callouts begun and ended (see Callouts.swift).
-    @exclusivity(unchecked) var calloutSequence: UInt32 = 0
     /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
     @exclusivity(unchecked) var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
     @exclusivity(unchecked) var reportersVersion: UInt64 = 0
@@ -1402,4 +1400,6 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
     @exclusivity(unchecked) var virtualTime: VirtualTimeControl?
+    /// Callouts begun and ended (see Callouts.swift).
+    @exclusivity(unchecked) var calloutSequence: UInt32 = 0
 }
