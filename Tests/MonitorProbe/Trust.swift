@@ -45,6 +45,13 @@ func probeTaskTwo(_ duration: Duration) -> Double {
     return x
 }
 
+/// The calling thread's CPU time (its CLOCK_THREAD_CPUTIME_ID clock).
+func threadCPUTime() -> Duration {
+    var now = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+    return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
+}
+
 /// A short nap in usleep: the back-off scenario's identical stalls.
 @inline(never)
 func probeNap() { _ = usleep(150_000) }
@@ -178,7 +185,9 @@ enum Trust {
         guard ended.count == 2 else { return }
         check(ended[0].stuckIn?.contains("probeTaskOne") == true && ended[1].stuckIn?.contains("probeTaskTwo") == true,
               "tasks: each names its own function", "(\(ended.map { $0.stuckIn ?? "nil" }))")
-        check(ended.allSatisfy { $0.duration >= .milliseconds(290) && $0.duration < .milliseconds(500) },
+        // Each task ends 300 ms after it starts by the wall clock; a report is at most two sample
+        // intervals longer, plus however late the monitor's thread runs (room for a loaded machine).
+        check(ended.allSatisfy { $0.duration >= .milliseconds(290) && $0.duration < .milliseconds(1000) },
               "tasks: each lasts its own 300 ms", "(\(ended.map { ms($0.duration) }))")
     }
 
@@ -189,12 +198,17 @@ enum Trust {
         let made = DispatchSemaphore(value: 0)
         let go = DispatchSemaphore(value: 0)
         let loopCell = Mutex<RunLoop?>(nil)
+        let usedCPU = Mutex<Duration>(.zero)
         let thread = Thread {
             let loop = RunLoop.current
             loopCell.withLock { $0 = loop }
             made.signal()
             go.wait()
-            let timer = RunLoopTimer(after: .zero) { _ in _ = probeTaskOne(.milliseconds(600)) }
+            let timer = RunLoopTimer(after: .zero) { _ in
+                let before = threadCPUTime()
+                _ = probeTaskOne(.milliseconds(600))
+                usedCPU.withLock { $0 = threadCPUTime() - before }
+            }
             loop.add(timer, forMode: .default)
             loop.run(mode: .default, for: .seconds(10))
         }
@@ -211,8 +225,17 @@ enum Trust {
             return
         }
         check(report.endReason == .movedOn, "exit: the stall ended movedOn", "(\(report.endReason?.rawValue ?? "nil"))")
-        check(report.threadCPUTime >= report.duration * 0.7, "exit: CPU at least 70 % of the duration",
-              "(CPU \(ms(report.threadCPUTime)) of \(ms(report.duration)))")
+        // What the thread really used (its own CPU clock around the work): on a quiet machine
+        // nearly all of the 600 ms; on a loaded one (the whole test suite in parallel on 2 cores)
+        // less. The report must show at least 70 % of the duration when the thread had the CPU,
+        // and at least 70 % of what it used in any case.
+        let used = usedCPU.withLock { $0 }
+        if used >= report.duration * 0.9 {
+            check(report.threadCPUTime >= report.duration * 0.7, "exit: CPU at least 70 % of the duration",
+                  "(CPU \(ms(report.threadCPUTime)) of \(ms(report.duration)))")
+        }
+        check(report.threadCPUTime >= used * 0.7, "exit: CPU at least 70 % of what the thread used",
+              "(reported \(ms(report.threadCPUTime)), used \(ms(used)), duration \(ms(report.duration)))")
     }
 
     /// Six identical 150 ms stalls: all six reported with back-off off; with it on, the 1st, 2nd,

@@ -1,4 +1,7 @@
 import Foundation
+import Glibc
+import RunLoopKit
+import Synchronization
 @testable import RunLoopMonitor
 import Testing
 
@@ -100,5 +103,41 @@ extension RunLoopMonitorSuites.MonitorTrustTests {
         #expect(page.contains("a &quot;title&quot; &lt;b&gt;"))
         // all, main, work(), slowB(), slowA(), the script-named leaf.
         #expect(page.contains("data-boxes=\"6\""))
+    }
+}
+
+extension RunLoopMonitorSuites.MonitorTrustTests {
+    /// Two threads call stop() at once during a stall: each returns only when the monitor has
+    /// stopped, so no handler call comes after either returns (before, the second caller could
+    /// return while the threads still ran, and the cut-short report came after it).
+    @Test func concurrentStopsBothWaitForTheMonitor() throws {
+        for _ in 0..<10 {
+            let worker = PermanentThread(name: "stop-race")
+            let lastHandlerCall = Mutex<ContinuousClock.Instant?>(nil)
+            let began = DispatchSemaphore(value: 0)
+            let monitor = StallMonitor(
+                loop: worker.loop, threshold: .milliseconds(30), sampleInterval: .milliseconds(5), backoff: .none, logger: nil)
+            monitor.start { event in
+                if case .began = event { began.signal() }
+                usleep(2_000)  // a handler that takes a moment: the window the second stop() fell into
+                lastHandlerCall.withLock { $0 = .now }
+            }
+            let release = Atomic<Bool>(false)
+            try worker.execute { while !release.load(ordering: .relaxed) { usleep(1_000) } }
+            #expect(began.wait(timeout: .now() + 10) == .success)
+            let returned = Mutex<[ContinuousClock.Instant]>([])
+            let stoppers = (0..<2).map { _ in
+                NamedThread(name: "stopper") {
+                    monitor.stop()
+                    returned.withLock { $0.append(.now) }
+                }
+            }
+            for stopper in stoppers { stopper.join() }
+            release.store(true, ordering: .relaxed)
+            worker.stop()
+            let firstReturn = try #require(returned.withLock { $0.min() })
+            let last = try #require(lastHandlerCall.withLock { $0 })
+            #expect(last <= firstReturn, "the handler ran after a stop() had returned")
+        }
     }
 }
