@@ -76,7 +76,7 @@ let package = Package(
         // the process). Tests/RunLoopMonitorTests launch it.
         .executableTarget(
             name: "MonitorProbe",
-            dependencies: ["RunLoopKit", "RunLoopMonitor"],
+            dependencies: ["RunLoopKit", "RunLoopMonitor", "CAllocationCounter"],
             path: "Tests/MonitorProbe"
         ),
         // Test-only: runs a main-queue scenario on a process's main thread, which tests never have

@@ -155,7 +155,7 @@ static int walk_frame_pointers(uintptr_t pc, uintptr_t fp, uintptr_t sp, uintptr
 /// glibc backtrace() from inside the handler: drops the handler's own frames, so that the first
 /// frame is the interrupted instruction.
 static int unwind_backtrace(uintptr_t pc, uint64_t *out, int capacity) {
-    void *buffer[CRLM_MAX_FRAMES + 8];
+    static void *buffer[CRLM_MAX_FRAMES + 8];  // static: the handler runs on the target's stack
     int total = backtrace(buffer, capacity + 8 < CRLM_MAX_FRAMES + 8 ? capacity + 8 : CRLM_MAX_FRAMES + 8);
     int start = -1;
     for (int i = 0; i < total && i < 8; i++) {

@@ -31,7 +31,9 @@ enum { SP_REGISTER = 7, RA_COLUMN = 16, REGISTERS = 17 };
 // Registers a callee preserves (rbx, rbp, r12-r15): an unspecified rule means "same value".
 static const uint32_t CALLEE_SAVED = (1u << 3) | (1u << 6) | (1u << 12) | (1u << 13) | (1u << 14) | (1u << 15);
 
-enum rule_kind { UNSPECIFIED, SAME_VALUE, UNDEFINED, AT_OFFSET, VALUE_OFFSET, IN_REGISTER, EXPRESSION };
+/// AT_SP_OFFSET: saved at the frame's own rsp plus `value` (a `breg7 N` expression rule, as in
+/// glibc's signal trampoline, whose registers lie in the signal frame).
+enum rule_kind { UNSPECIFIED, SAME_VALUE, UNDEFINED, AT_OFFSET, VALUE_OFFSET, IN_REGISTER, EXPRESSION, AT_SP_OFFSET };
 
 typedef struct { uint8_t kind; int64_t value; } rule;
 
@@ -118,6 +120,7 @@ typedef struct {
     uint64_t return_column;
     uint8_t fde_encoding;
     bool augmented;  // 'z': the FDE has an augmentation-data length to skip
+    bool signal_frame;  // 'S': a signal trampoline; its caller's pc is the interrupted instruction
 } cie_info;
 
 static bool parse_cie(const uint8_t *record, cie_info *cie) {
@@ -138,6 +141,7 @@ static bool parse_cie(const uint8_t *record, cie_info *cie) {
     cie->return_column = version == 1 ? u8(&c) : uleb(&c);
     cie->fde_encoding = 0;  // absptr
     cie->augmented = length_of_augmentation > 0 && augmentation[0] == 'z';
+    cie->signal_frame = false;
     if (length_of_augmentation > 0 && !cie->augmented) return false;  // e.g. "eh": unknown layout
     if (cie->augmented) {
         uint64_t data_length = uleb(&c);
@@ -152,7 +156,9 @@ static bool parse_cie(const uint8_t *record, cie_info *cie) {
                 (void)encoded(&c, personality_encoding & 0x7f, 0);
             } else if (letter == 'L') {
                 (void)u8(&c);
-            } else if (letter == 'S' || letter == 'B') {
+            } else if (letter == 'S') {
+                cie->signal_frame = true;
+            } else if (letter == 'B') {
                 // A signal frame or an AArch64 key: nothing to read.
             } else {
                 break;  // the data length lets the rest be skipped
@@ -213,7 +219,9 @@ enum { REMEMBERED_ROWS = 8 };
 /// after the CIE's instructions (DW_CFA_restore's reference); NULL while running those.
 static bool execute(cursor *c, const cie_info *cie, uintptr_t location, uintptr_t target, row *state,
                     const row *initial) {
-    row remembered[REMEMBERED_ROWS];
+    // Static, not on the stack: a capture may run on a thread with little stack left (its
+    // handler runs there), and walks are serialized (one capture at a time per process).
+    static row remembered[REMEMBERED_ROWS];
     int depth = 0;
     while (c->p < c->end && !c->bad) {
         uint8_t op = (uint8_t)u8(c);
@@ -300,8 +308,17 @@ static bool execute(cursor *c, const cie_info *cie, uintptr_t location, uintptr_
             reg = uleb(c);
             delta = uleb(c);
             if (!take(c, delta)) return false;
+            {
+                // `breg7 N` alone (an address: rsp + N) is understood; any other expression is not.
+                cursor e = {c->p, c->p + delta, false};
+                rule understood = {EXPRESSION, 0};
+                if (op == 0x10 && delta >= 2 && u8(&e) == 0x77) {
+                    int64_t offset = sleb(&e);
+                    if (!e.bad && e.p == e.end) understood = (rule){AT_SP_OFFSET, offset};
+                }
+                if (reg < REGISTERS) state->registers[reg] = understood;
+            }
             c->p += delta;
-            if (reg < REGISTERS) state->registers[reg] = (rule){EXPRESSION, 0};
             break;
         case 0x12:  // def_cfa_sf
             state->cfa_register = uleb(c);
@@ -321,12 +338,36 @@ static bool execute(cursor *c, const cie_info *cie, uintptr_t location, uintptr_
     return !c->bad;
 }
 
-/// Evaluates a CFA expression made only of register values, constants and arithmetic: what
-/// compilers and linkers emit for PLT stubs (`breg7 8; breg16 0; lit15; and; lit11; ge; lit3;
-/// shl; plus`: the CFA moves by 8 after the stub's push). An expression that reads memory or
-/// uses any other operation is refused (false): the walk ends there.
+/// Where the walk reads the stack: the thread's own memory within [lo, hi); with no known top (hi
+/// is UINTPTR_MAX: a thread that registered no bounds) through the kernel, so that an unmapped
+/// address is an error instead of a fault; or a copy of [lo, hi) taken earlier (`copy`), for a
+/// thread parked in the kernel that is walked from another thread.
+typedef struct { uintptr_t lo, hi; const uint8_t *copy; } stack_view;
+
+static bool read_word(const stack_view *view, uintptr_t address, uint64_t *out) {
+    if (address < view->lo || address > view->hi - sizeof(uint64_t) || (address & (sizeof(uint64_t) - 1)) != 0) return false;
+    if (view->copy != NULL) {
+        memcpy(out, view->copy + (address - view->lo), sizeof *out);
+        return true;
+    }
+    if (view->hi != UINTPTR_MAX) {
+        *out = *(const uint64_t *)address;
+        return true;
+    }
+    struct iovec local = {out, sizeof *out}, remote = {(void *)address, sizeof *out};
+    // flags is a full-width zero: syscall() is variadic, and an int would leave the register's
+    // upper half (or the stack slot) undefined, which the kernel rejects with EINVAL.
+    return syscall(SYS_process_vm_readv, (long)getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof *out;
+}
+
+/// Evaluates a CFA expression made of register values, constants, arithmetic and reads of the
+/// stack: what compilers and linkers emit for PLT stubs (`breg7 8; breg16 0; lit15; and; lit11;
+/// ge; lit3; shl; plus`: the CFA moves by 8 after the stub's push), and what glibc's signal
+/// trampoline says (`breg7 160; deref`: the interrupted rsp, saved in the signal frame). A read
+/// is checked like every other stack read; any other operation is refused (false): the walk ends
+/// there.
 static bool cfa_from_expression(const row *state, const uint64_t *values, uint32_t known, uintptr_t pc,
-                                uintptr_t *cfa) {
+                                const stack_view *view, uintptr_t *cfa) {
     cursor c = {state->cfa_expression, state->cfa_expression + state->cfa_expression_length, false};
     uint64_t stack[8];
     int depth = 0;
@@ -350,6 +391,8 @@ static bool cfa_from_expression(const row *state, const uint64_t *values, uint32
         } else if (op == 0x23) {  // plus_uconst
             if (depth < 1) return false;
             stack[depth - 1] += uleb(&c);
+        } else if (op == 0x06) {  // deref
+            if (depth < 1 || !read_word(view, (uintptr_t)stack[depth - 1], &stack[depth - 1])) return false;
         } else {
             if (depth < 2) return false;
             uint64_t b = stack[--depth], a = stack[depth - 1];
@@ -369,28 +412,6 @@ static bool cfa_from_expression(const row *state, const uint64_t *values, uint32
     if (c.bad || depth < 1) return false;
     *cfa = (uintptr_t)stack[depth - 1];
     return true;
-}
-
-/// Where the walk reads the stack: the thread's own memory within [lo, hi); with no known top (hi
-/// is UINTPTR_MAX: a thread that registered no bounds) through the kernel, so that an unmapped
-/// address is an error instead of a fault; or a copy of [lo, hi) taken earlier (`copy`), for a
-/// thread parked in the kernel that is walked from another thread.
-typedef struct { uintptr_t lo, hi; const uint8_t *copy; } stack_view;
-
-static bool read_word(const stack_view *view, uintptr_t address, uint64_t *out) {
-    if (address < view->lo || address > view->hi - sizeof(uint64_t) || (address & (sizeof(uint64_t) - 1)) != 0) return false;
-    if (view->copy != NULL) {
-        memcpy(out, view->copy + (address - view->lo), sizeof *out);
-        return true;
-    }
-    if (view->hi != UINTPTR_MAX) {
-        *out = *(const uint64_t *)address;
-        return true;
-    }
-    struct iovec local = {out, sizeof *out}, remote = {(void *)address, sizeof *out};
-    // flags is a full-width zero: syscall() is variadic, and an int would leave the register's
-    // upper half (or the stack slot) undefined, which the kernel rejects with EINVAL.
-    return syscall(SYS_process_vm_readv, (long)getpid(), &local, 1UL, &remote, 1UL, 0UL) == (long)sizeof *out;
 }
 
 static bool stack_word(uintptr_t address, uintptr_t lo, uintptr_t hi, uint64_t *out) {
@@ -467,7 +488,7 @@ static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t kn
     if (capacity <= 0 || lo == 0 || lo >= stack_top || lo < view->lo) return 0;
     int n = 0;
     out[n++] = pc;
-    for (bool interrupted = true; n < capacity; interrupted = false) {
+    for (bool interrupted = true; n < capacity;) {
         // A return address points after the call, which may be the next function's first byte:
         // look it up one byte back. The interrupted instruction itself is exact.
         uintptr_t lookup = interrupted ? pc : pc - 1;
@@ -475,16 +496,17 @@ static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t kn
         uintptr_t start, function_end;
         cursor fde;
         if (!find_fde(lookup, &cie, &start, &function_end, &fde)) break;
-        row state;
+        // Static, like execute's remembered rows: off the stack of a thread that may have little.
+        static row state, initial;
         memset(&state, 0, sizeof state);
         cursor initial_instructions = {cie.instructions, cie.end, false};
         if (!execute(&initial_instructions, &cie, 0, UINTPTR_MAX, &state, NULL)) break;
-        row initial = state;
+        initial = state;
         if (!execute(&fde, &cie, start, lookup, &state, &initial)) break;
         if (cie.return_column >= REGISTERS) break;
         uintptr_t cfa;
         if (state.cfa_is_expression) {
-            if (!cfa_from_expression(&state, values, known, pc, &cfa)) break;
+            if (!cfa_from_expression(&state, values, known, pc, view, &cfa)) break;
         } else {
             if (state.cfa_register >= REGISTERS) break;
             if ((known & (1u << state.cfa_register)) == 0) {
@@ -507,7 +529,10 @@ static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t kn
         rule ra_rule = state.registers[cie.return_column];
         uint64_t ra;
         if (ra_rule.kind == UNDEFINED) break;  // the outermost frame (_start, clone)
-        if (ra_rule.kind != AT_OFFSET || !read_word(view, cfa + (uintptr_t)ra_rule.value, &ra)) break;
+        uintptr_t ra_address = ra_rule.kind == AT_OFFSET      ? cfa + (uintptr_t)ra_rule.value
+                               : ra_rule.kind == AT_SP_OFFSET ? (uintptr_t)values[SP_REGISTER] + (uintptr_t)ra_rule.value
+                                                              : 0;
+        if (ra_address == 0 || !read_word(view, ra_address, &ra)) break;
         uint64_t next[REGISTERS];
         uint32_t next_known = 0;
         bool consistent = true;
@@ -524,6 +549,10 @@ static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t kn
             case AT_OFFSET:
                 if (read_word(view, cfa + (uintptr_t)rr.value, &next[r])) next_known |= 1u << r;
                 else consistent = false;  // a register saved off the stack: wrong tables
+                break;
+            case AT_SP_OFFSET:
+                if (read_word(view, (uintptr_t)values[SP_REGISTER] + (uintptr_t)rr.value, &next[r])) next_known |= 1u << r;
+                else consistent = false;
                 break;
             case VALUE_OFFSET:
                 next[r] = cfa + (uintptr_t)rr.value;
@@ -546,6 +575,9 @@ static int unwind_core(const uint64_t registers[CRLM_CFI_REGISTERS], uint32_t kn
         known = next_known & ((1u << RA_COLUMN) - 1);
         pc = (uintptr_t)ra;
         out[n++] = ra;
+        // Past a signal trampoline the pc is the interrupted instruction itself, not a return
+        // address: looked up as it is.
+        interrupted = cie.signal_frame;
     }
     return n;
 }

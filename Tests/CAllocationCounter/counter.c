@@ -1,8 +1,8 @@
+#define _GNU_SOURCE
 #include <dirent.h>
 // Counts heap allocations made by one thread, by interposing malloc & co. in the test binary and
 // forwarding to glibc's own entry points. Test-only: lets a test assert that a steady-state run
 // loop pass allocates nothing.
-#define _GNU_SOURCE
 #include <malloc.h>
 #include "CAllocationCounter.h"
 #include <stddef.h>
@@ -62,4 +62,51 @@ int test_count_open_fds(void) {
     }
     closedir(dir);
     return count - 1; /* the directory stream's own descriptor */
+}
+
+// A thread that leaves only a little of its small stack (test_start_small_stack_spinner).
+#include <limits.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct small_stack_job { size_t leave; _Atomic int *stop; _Atomic int *tid; uintptr_t low; };
+
+static void __attribute__((noinline)) small_stack_descend(struct small_stack_job *job) {
+    volatile char pad[128];
+    pad[0] = 1;
+    if ((uintptr_t)pad - job->low > job->leave + 256) {
+        small_stack_descend(job);
+    } else {
+        atomic_store(job->tid, (int)syscall(SYS_gettid));
+        while (!atomic_load_explicit(job->stop, memory_order_relaxed)) { pad[1] = pad[0]; }
+    }
+    __asm__ volatile("" ::: "memory");  // not a tail call: the frame stays
+}
+
+static void *small_stack_main(void *argument) {
+    struct small_stack_job *job = argument;
+    pthread_attr_t attributes;
+    void *low = NULL;
+    size_t size = 0;
+    pthread_getattr_np(pthread_self(), &attributes);
+    pthread_attr_getstack(&attributes, &low, &size);
+    pthread_attr_destroy(&attributes);
+    job->low = (uintptr_t)low;
+    small_stack_descend(job);
+    free(job);
+    return NULL;
+}
+
+int test_start_small_stack_spinner(size_t leave, _Atomic int *stop, _Atomic int *tid, pthread_t *thread) {
+    struct small_stack_job *job = malloc(sizeof *job);
+    *job = (struct small_stack_job){leave, stop, tid, 0};
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_attr_setstacksize(&attributes, PTHREAD_STACK_MIN);
+    int result = pthread_create(thread, &attributes, small_stack_main, job);
+    pthread_attr_destroy(&attributes);
+    if (result != 0) free(job);
+    return result;
 }

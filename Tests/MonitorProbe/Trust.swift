@@ -4,6 +4,7 @@ import RunLoopKit
 import class RunLoopKit.RunLoop
 import RunLoopMonitor
 import Synchronization
+import CAllocationCounter
 
 // What a stall monitor must do in a real program, checked here in a process of its own so that
 // CI runs it built both ways: in debug (RunLoopMonitorTests launch it) and in release (-O, no
@@ -331,6 +332,34 @@ enum Hostile {
         usleep(100_000)
         say("children ok \(healthy)/20")
         exit(healthy == 20 ? 0 : 1)
+    }
+
+    /// Captures of a C library's kind of thread: a PTHREAD_STACK_MIN stack with about 5.5 KiB
+    /// left, spinning, so each capture's signal handler runs on what is left, below the kernel's
+    /// signal frame (about 3 KiB on a CPU with AVX-512 state to save). The handler keeps its walk's
+    /// tables off the stack and fits (it worked with 5 KiB left here); when it kept them on the
+    /// stack it needed more than 7 KiB in all, and the capture killed the process (SIGSEGV on the
+    /// guard page).
+    static func smallStack() {
+        let stop = UnsafeMutablePointer<Atomic<Int32>>.allocate(capacity: 1)
+        stop.initialize(to: Atomic(0))
+        let tid = UnsafeMutablePointer<Atomic<Int32>>.allocate(capacity: 1)
+        tid.initialize(to: Atomic(0))
+        var thread = pthread_t()
+        let started = test_start_small_stack_spinner(5_632, OpaquePointer(stop), OpaquePointer(tid), &thread)
+        guard started == 0 else {
+            say("cannot start the thread: \(started)")
+            exit(1)
+        }
+        while tid.pointee.load(ordering: .acquiring) == 0 { usleep(1_000) }
+        var captured = 0
+        for _ in 0..<50 where (try? ThreadStack.captureAddresses(threadID: tid.pointee.load(ordering: .relaxed)))?.addresses.isEmpty == false {
+            captured += 1
+        }
+        stop.pointee.store(1, ordering: .relaxed)
+        pthread_join(thread, nil)
+        say("captured \(captured)/50")
+        exit(captured == 50 ? 0 : 1)
     }
 
     /// The capture signal's disposition changed behind ThreadStack's back: reset to its default

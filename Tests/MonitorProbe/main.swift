@@ -7,6 +7,8 @@
 //                     child captures and runs a stall monitor; prints "children ok N/20".
 //   handler-replaced  the capture signal reset to SIG_DFL, then given another handler: captures
 //                     fail with a clear error and the process lives.
+//   small-stack       50 captures of a thread on a PTHREAD_STACK_MIN stack with 5.5 KiB left;
+//                     prints "captured N/50".
 //   stall DIR?        a 400 ms busy stall and a 400 ms blocked stall on a watched loop; prints each
 //                     event as a JSON line ("began"/"ended" + the report), then "done". In a
 //                     release build (frame pointers omitted) this checks the unwinder CI relies on.
@@ -58,6 +60,8 @@ case "fork-captures":
     Hostile.forkWhileCapturing()
 case "handler-replaced":
     Hostile.handlerReplaced()
+case "small-stack":
+    Hostile.smallStack()
 case "stall":
     Probes.stall()
 case "hang":
@@ -81,6 +85,6 @@ case "pidns":
 case "torn-write":
     Probes.tornWrite(directory: arguments[2])
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | small-stack | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
     exit(2)
 }

@@ -141,3 +141,13 @@ extension RunLoopMonitorSuites.MonitorTrustTests {
         }
     }
 }
+
+extension RunLoopMonitorSuites.MonitorTrustTests {
+    /// A thread with little stack left (a C library's PTHREAD_STACK_MIN thread) survives captures:
+    /// the handler, which runs on that stack, keeps its unwinder's tables off it.
+    @Test func aSmallStackThreadSurvivesCaptures() throws {
+        let probe = try runMonitorProbe(["small-stack"])
+        #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
+        #expect(probe.stdout.contains("captured 50/50"), "\(probe.stdout)")
+    }
+}

@@ -127,3 +127,49 @@ extension RunLoopMonitorSuites {
     }
 }
 }
+
+/// Set by the test, read by its signal handler: the handler sleeps until it is cleared.
+let parkedTestHandlerHolds = Atomic<Bool>(false)
+let parkedTestHandlerEntered = Atomic<Bool>(false)
+
+/// The signal handler's own function: sleeps while the test holds it.
+@inline(never)
+func parkedTestInHandler() {
+    parkedTestHandlerEntered.store(true, ordering: .releasing)
+    while parkedTestHandlerHolds.load(ordering: .acquiring) { usleep(1_000) }
+}
+
+/// Raises SIGUSR2 on its own thread: the handler runs inside this call.
+@inline(never)
+func parkedTestRaise() {
+    pthread_kill(pthread_self(), SIGUSR2)
+}
+
+extension RunLoopMonitorSuites.ParkedCaptureTests {
+    /// A thread inside its own signal handler (blocked there) is walked through glibc's signal
+    /// trampoline to the function the signal interrupted, not only to the trampoline.
+    @Test func aThreadInItsOwnSignalHandlerIsWalkedPastTheTrampoline() throws {
+        parkedTestHandlerHolds.store(true, ordering: .releasing)
+        parkedTestHandlerEntered.store(false, ordering: .releasing)
+        signal(SIGUSR2) { _ in parkedTestInHandler() }
+        defer { signal(SIGUSR2, SIG_DFL) }
+        let thread = NamedThread(name: "in-handler") {
+            var set = sigset_t()
+            sigemptyset(&set)
+            sigaddset(&set, SIGUSR2)
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            parkedTestRaise()
+        }
+        while !parkedTestHandlerEntered.load(ordering: .acquiring) { usleep(200) }
+        waitUntilParked(thread.threadID)
+        let stack = try ThreadStack.captureAddresses(threadID: thread.threadID)
+        parkedTestHandlerHolds.store(false, ordering: .releasing)
+        thread.join()
+        let names = ThreadStack.symbolicate(stack).map { $0.symbol ?? $0.summary }
+        #expect(names.contains { $0.contains("parkedTestInHandler") }, "\(names)")
+        // glibc's trampoline, __restore_rt, is a local symbol: named after the nearest exported one.
+        #expect(names.contains { $0.contains("__restore_rt") || $0 == "sigaction" }, "\(names)")
+        #expect(names.contains { $0.contains("parkedTestRaise") }, "past the trampoline: \(names)")
+        #expect(names.contains { $0.contains("NamedThread") }, "to the thread's entry: \(names)")
+    }
+}
