@@ -66,19 +66,21 @@ extension RunLoop {
             label: labelID == 0 ? nil : CalloutLabels.name(labelID))
     }
 
-    /// Publishes a callout's start. Loop thread only.
+    /// Publishes a callout's start. Loop thread only. The sequence is the word's own upper half
+    /// (only this thread writes it), so the loop touches one word and no other state.
     @inline(__always)
     func calloutBegins(_ kind: CalloutKind, label: UInt32) {
-        confined.calloutSequence &+= 1
-        instrumentation.calloutWord.store(
-            UInt64(confined.calloutSequence) << 32 | UInt64(label) << 8 | UInt64(kind.rawValue), ordering: .relaxed)
+        let instrumentation = self.instrumentation
+        let sequence = (instrumentation.calloutWord.load(ordering: .relaxed) &+ (1 << 32)) & 0xFFFF_FFFF_0000_0000
+        instrumentation.calloutWord.store(sequence | UInt64(label) << 8 | UInt64(kind.rawValue), ordering: .relaxed)
     }
 
     /// Publishes a callout's end: the loop's own work from here. Loop thread only.
     @inline(__always)
     func calloutEnds() {
-        confined.calloutSequence &+= 1
-        instrumentation.calloutWord.store(UInt64(confined.calloutSequence) << 32, ordering: .relaxed)
+        let instrumentation = self.instrumentation
+        instrumentation.calloutWord.store(
+            (instrumentation.calloutWord.load(ordering: .relaxed) &+ (1 << 32)) & 0xFFFF_FFFF_0000_0000, ordering: .relaxed)
     }
 }
 

@@ -1400,6 +1400,4 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
     @exclusivity(unchecked) var virtualTime: VirtualTimeControl?
-    /// Callouts begun and ended (see Callouts.swift).
-    @exclusivity(unchecked) var calloutSequence: UInt32 = 0
 }
