@@ -99,12 +99,21 @@ enum Trust {
 
     static func run(only: String?) {
         let scenarios: [(String, () -> Void)] = [
-            ("usleep", usleepBlock), ("sleep", sleepInTimer), ("tasks", twoTasks), ("exit", busyTimerThenExit),
+            ("reads", kernelReads), ("usleep", usleepBlock), ("sleep", sleepInTimer), ("tasks", twoTasks), ("exit", busyTimerThenExit),
             ("backoff", backoff),
         ]
         for (name, scenario) in scenarios where only == nil || only == name { scenario() }
         say(failures == 0 ? "done" : "done with \(failures) failures")
         exit(failures == 0 ? 0 : 1)
+    }
+
+    /// process_vm_readv works here (its flags argument is a full-width zero: an `int` 0 passed to
+    /// the variadic syscall() left garbage in the upper half, EINVAL, in every release build), so
+    /// threads that never registered their stack get the bounded walk, and blocked threads the
+    /// parked one.
+    static func kernelReads() {
+        check(ThreadStack.boundedUnwindAvailable, "reads: the bounded unwinder is available")
+        check(ThreadStack.boundedUnwindAvailableForUnpreparedThreads, "reads: process_vm_readv reads this process's stacks")
     }
 
     /// A block that sleeps 500 ms in usleep, sampled every 10 ms: the sleep lasts its full time
