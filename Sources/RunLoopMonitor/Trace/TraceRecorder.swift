@@ -134,7 +134,9 @@ public final class TraceRecorder: Sendable {
     public func record(_ event: StallEvent) {
         guard case .ended(let report) = event else { return }
         let startNs = originNs + Int64((report.startedAt.timeIntervalSince(originDate) * 1e9).rounded())
-        let label = "stall \(Trace.formatDuration(report.duration.saturatedNanoseconds)) in \(report.phase)"
+        // The loop's name (the one given to the monitor) and the item called out, as the report
+        // names them.
+        let label = "stall \(Trace.formatDuration(report.duration.saturatedNanoseconds)) of \(report.loop) in \(report.item.isEmpty ? report.phase : "\(report.item), \(report.phase)")"
             + (report.stuckIn.map { " at \($0)" } ?? "")
         state.withLock { state in
             if state.stalls.count >= Self.stallLimit { state.stalls.removeFirst() }
