@@ -556,7 +556,7 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
                     }
                 }
             }
-            if (!sent) atomic_store_explicit(&g_sent_ns, now, memory_order_relaxed);
+            if (!sent) atomic_store_explicit(&g_sent_ns, monotonic_ns(), memory_order_relaxed);  // after the checks: signal to handler only
             sent = true;
             if (syscall(SYS_tgkill, pid, tid, g_signal) != 0) {
                 int e = errno;
