@@ -2,7 +2,7 @@ import Synchronization
 
 // Callouts, published for a stall monitor: which item the loop is calling out to now.
 //
-// The loop publishes one word per change, `sequence << 32 | label << 8 | kind`: at each callout's
+// The loop publishes one word per change, `(label << 8 | kind) << 32 | sequence`: at each callout's
 // start (its kind and its item's label id) and end (kind `none`: the loop's own work). One relaxed
 // store each, no clock read; a monitor that sees the same word for longer than its threshold has
 // found one callout (or one stretch of the loop's own work) that is stuck. Labels are interned
@@ -59,28 +59,29 @@ extension RunLoop {
     /// load, plus a table look-up for a labelled item.
     public var calloutSnapshot: CalloutSnapshot {
         let word = instrumentation.calloutWord.load(ordering: .relaxed)
-        let labelID = UInt32(truncatingIfNeeded: word >> 8) & 0xFF_FFFF
+        let labelID = UInt32(truncatingIfNeeded: word >> 40)
         return CalloutSnapshot(
-            sequence: UInt32(truncatingIfNeeded: word >> 32),
-            kind: CalloutKind(rawValue: UInt8(truncatingIfNeeded: word)) ?? .none,
+            sequence: UInt32(truncatingIfNeeded: word),
+            kind: CalloutKind(rawValue: UInt8(truncatingIfNeeded: word >> 32)) ?? .none,
             label: labelID == 0 ? nil : CalloutLabels.name(labelID))
     }
 
-    /// Publishes a callout's start. Loop thread only. The sequence is the word's own upper half
-    /// (only this thread writes it), so the loop touches one word and no other state.
+    /// Publishes a callout's start. Loop thread only. The sequence is the word's own low half
+    /// (only this thread writes it): a 32-bit increment of what was stored, and the item above it.
     @inline(__always)
     func calloutBegins(_ kind: CalloutKind, label: UInt32) {
         let instrumentation = self.instrumentation
-        let sequence = (instrumentation.calloutWord.load(ordering: .relaxed) &+ (1 << 32)) & 0xFFFF_FFFF_0000_0000
-        instrumentation.calloutWord.store(sequence | UInt64(label) << 8 | UInt64(kind.rawValue), ordering: .relaxed)
+        let sequence = UInt32(truncatingIfNeeded: instrumentation.calloutWord.load(ordering: .relaxed)) &+ 1
+        instrumentation.calloutWord.store(
+            UInt64(label << 8 | UInt32(kind.rawValue)) << 32 | UInt64(sequence), ordering: .relaxed)
     }
 
     /// Publishes a callout's end: the loop's own work from here. Loop thread only.
     @inline(__always)
     func calloutEnds() {
         let instrumentation = self.instrumentation
-        instrumentation.calloutWord.store(
-            (instrumentation.calloutWord.load(ordering: .relaxed) &+ (1 << 32)) & 0xFFFF_FFFF_0000_0000, ordering: .relaxed)
+        let sequence = UInt32(truncatingIfNeeded: instrumentation.calloutWord.load(ordering: .relaxed)) &+ 1
+        instrumentation.calloutWord.store(UInt64(sequence), ordering: .relaxed)
     }
 }
 

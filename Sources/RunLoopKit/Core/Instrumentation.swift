@@ -258,7 +258,7 @@ final class LoopInstrumentation: Sendable {
     /// per pass of its outermost run).
     let traceBuffer = Mutex<TraceBuffer?>(nil)
     let traceVersion = Atomic<UInt64>(0)
-    /// `sequence << 32 | label << 8 | kind` of the callout in progress (see Callouts.swift).
+    /// `(label << 8 | kind) << 32 | sequence` of the callout in progress (see Callouts.swift).
     let calloutWord = Atomic<UInt64>(0)
     private let reporters = Mutex<(nextID: UInt64, list: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)])>(
         (1, []))

@@ -206,10 +206,11 @@ package struct TraceRecord: Sendable, Hashable {
 /// relaxed load once the item was seen.
 struct TraceNameSlot: ~Copyable, Sendable {
     /// `buffer id << 32 | name index`, or 0.
+    /// The label's ``CalloutLabels`` id (0: none): what the loop publishes when it calls the item.
+    /// First, at a fixed offset: the loop reads it at every callout.
+    let calloutLabel = Atomic<UInt32>(0)
     private let cached = Atomic<UInt64>(0)
     private let userLabel = Mutex<String?>(nil)
-    /// The label's ``CalloutLabels`` id (0: none): what the loop publishes when it calls the item.
-    let calloutLabel = Atomic<UInt32>(0)
 
     init() {}
 
