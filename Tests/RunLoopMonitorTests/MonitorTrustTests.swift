@@ -2,6 +2,7 @@ import CRunLoopMonitor
 import Foundation
 import Glibc
 import RunLoopKit
+import class RunLoopKit.RunLoop
 import Synchronization
 @testable import RunLoopMonitor
 import Testing
@@ -168,5 +169,34 @@ extension RunLoopMonitorSuites.MonitorTrustTests {
     @Test func processVMReadvWorksEveryTime() {
         let failures = (0..<1_000).filter { _ in !crlm_safe_reads_available() }.count
         #expect(failures == 0)
+    }
+}
+
+extension RunLoopMonitorSuites.MonitorTrustTests {
+    /// The loop publishes each callout's kind and its item's label, seen here from inside the
+    /// callouts, and its own work between them.
+    @Test func calloutsArePublished() throws {
+        let worker = PermanentThread(name: "callouts")
+        defer { worker.stop() }
+        let loop = worker.loop
+        let inBlock = try worker.executeAndWait { loop.calloutSnapshot }
+        #expect(inBlock.kind == .block && inBlock.label == nil && inBlock.description == "block")
+        let seen = SnapshotBox()
+        let source = RunLoopSource { seen.value.withLock { $0 = loop.calloutSnapshot } }
+        source.label = "labelled source"
+        loop.add(source, forMode: .default)
+        source.signal()
+        loop.wakeUp()
+        try waitFor { seen.value.withLock { $0 } != nil }
+        let inSource = try #require(seen.value.withLock { $0 })
+        #expect(inSource.kind == .source && inSource.label == "labelled source")
+        #expect(inSource.sequence != inBlock.sequence)
+        let between = loop.calloutSnapshot
+        #expect(between.kind == .none)  // the loop's own work (or asleep) after the callout
+        source.invalidate()
+    }
+
+    final class SnapshotBox: Sendable {
+        let value = Mutex<RunLoop.CalloutSnapshot?>(nil)
     }
 }

@@ -114,6 +114,15 @@ public enum ThreadStack {
         return crlm_bounded_unwind_available(&forOthers) && forOthers
     }
 
+    /// Whether a thread blocked in the kernel is read where it is parked, without a signal
+    /// (``RawStack/Unwinder/parkedInKernel``): x86-64 with glibc 2.35 or later, and a process that
+    /// may read its own memory with `process_vm_readv`. Elsewhere every capture signals the thread.
+    /// Installs the handler.
+    public static var parkedThreadsReadWithoutSignal: Bool {
+        try? install()
+        return crlm_parked_walk_available()
+    }
+
     /// Whether captures may walk frame pointers in the main executable (found at install).
     public static var framePointersUsable: Bool { crlm_frame_pointers_usable() }
 
