@@ -255,6 +255,15 @@ enum Trust {
     /// Six identical 150 ms stalls: all six reported with back-off off; with it on, the 1st, 2nd,
     /// 3rd and 5th are, and the two held back are counted in a delivered report.
     static func backoff() {
+        backoff(busy: false)
+        backoff(busy: true)
+    }
+
+    /// Six identical 150 ms stalls, blocked in usleep or busy in one function (whose samples land
+    /// anywhere in it and in the clock it reads): the back-off tells them apart by function, not by
+    /// the exact instruction.
+    static func backoff(busy: Bool) {
+        let what = busy ? "busy" : "blocked"
         for rule in [StallMonitor.Backoff.none, .standard] {
             let worker = PermanentThread(name: "backoff-loop")
             let events = ProbeEvents()
@@ -262,7 +271,7 @@ enum Trust {
                 loop: worker.loop, threshold: .milliseconds(60), sampleInterval: .milliseconds(10), backoff: rule, logger: nil)
             monitor.start { events.append($0) }
             for _ in 0..<6 {
-                _ = try? worker.executeAndWait { probeNap() }
+                _ = try? worker.executeAndWait { if busy { _ = probeTaskOne(.milliseconds(150)) } else { probeNap() } }
                 usleep(30_000)  // the monitor sees the loop asleep between them
             }
             monitor.stop()
@@ -270,10 +279,10 @@ enum Trust {
             let began = events.began
             let counted = began.count + began.reduce(0) { $0 + $1.suppressedSimilar } + events.summaries.reduce(0) { $0 + $1.suppressedSimilar }
             if rule == .none {
-                check(began.count == 6 && events.ended.count == 6, "backoff off: 6 stalls, 6 reports", "(\(began.count) began, \(events.ended.count) ended)")
+                check(began.count == 6 && events.ended.count == 6, "backoff off, \(what): 6 stalls, 6 reports", "(\(began.count) began, \(events.ended.count) ended)")
             } else {
-                check(began.count == 4, "backoff on: the 1st, 2nd, 3rd and 5th reported", "(\(began.count) began)")
-                check(counted == 6, "backoff on: every held-back stall is counted in a delivered report",
+                check(began.count == 4, "backoff on, \(what): the 1st, 2nd, 3rd and 5th reported", "(\(began.count) began)")
+                check(counted == 6, "backoff on, \(what): every held-back stall is counted in a delivered report",
                       "(\(began.map(\.suppressedSimilar)) + summaries \(events.summaries.map(\.suppressedSimilar)))")
             }
         }
