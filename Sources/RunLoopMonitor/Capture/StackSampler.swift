@@ -28,16 +28,22 @@ struct StackSampler {
         return functions.isEmpty ? Array(first.prefix(6)) : functions
     }
 
+    /// Whether `address` is in a system library, or in a sanitizer's runtime (linked into the
+    /// executable, its exported functions named `__asan_…`, `__interceptor_…` and the like).
     private static func isSystemImage(_ address: UInt64) -> Bool {
         var image = [CChar](repeating: 0, count: 512)
-        var symbol = [CChar](repeating: 0, count: 8)
+        var symbol = [CChar](repeating: 0, count: 64)
         var base: UInt64 = 0
         var symbolAddress: UInt64 = 0
         guard crlm_dladdr(address, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return false }
         let path = String(decoding: image.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let name = path.split(separator: "/").last.map(String.init) ?? path
-        return CallTree.systemImagePrefixes.contains { name.hasPrefix($0) }
+        if CallTree.systemImagePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
+        let function = String(decoding: symbol.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return Self.sanitizerPrefixes.contains { function.hasPrefix($0) }
     }
+
+    static let sanitizerPrefixes = ["__asan", "__tsan", "__sanitizer", "__interceptor", "___interceptor", "__lsan", "__ubsan"]
 
     /// Takes one sample. Returns false when the thread is gone.
     mutating func sample(timeout: Duration) -> Bool {
