@@ -97,7 +97,7 @@ public struct CallTree: Sendable, Hashable {
     static let systemImagePrefixes = [
         "libc.so", "libc-", "libm.so", "libpthread", "ld-linux", "linux-vdso", "libgcc_s", "libstdc++", "libswiftCore",
         "libswift_", "libswiftDispatch", "libswiftGlibc", "libswiftSynchronization", "libdispatch", "libBlocksRuntime",
-        "libFoundation", "libswiftFoundation", "lib_Foundation", "libFoundationEssentials", "libFoundationNetworking",
+        "libswiftSwiftOnoneSupport", "libFoundation", "libswiftFoundation", "lib_Foundation", "libFoundationEssentials", "libFoundationNetworking",
         "libFoundationXML", "libswiftRuntime", "libicu",
     ]
     static let runtimeSymbolPrefixes = [
