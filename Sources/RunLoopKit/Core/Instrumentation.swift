@@ -1,6 +1,6 @@
 import Synchronization
 
-// The instrumentation seam (DESIGN §8): what the stall monitor, the trace recorder and users read
+// The instrumentation seam (RunLoopMonitor's DocC articles "Tracing" and "Lag monitoring"): what the stall monitor, the trace recorder and users read
 // about a loop while it runs.
 //
 // - Always on: the current phase and the iteration generation, packed in one atomic word that any

@@ -1,6 +1,6 @@
 import Synchronization
 
-// The trace seam (DESIGN §8): while a trace buffer is attached to a loop, the run algorithm writes
+// The trace seam (RunLoopMonitor's DocC article "Tracing"): while a trace buffer is attached to a loop, the run algorithm writes
 // plain records of what it does into the buffer's ring: runs (entry to exit, with mode and
 // result), callouts (each naming its item), sleeps (with what woke the loop) and counters. The
 // recorder, its exports and the timeline page are RunLoopMonitor's (TraceRecorder); this file is

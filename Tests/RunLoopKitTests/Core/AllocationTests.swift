@@ -7,7 +7,7 @@ import class RunLoopKit.RunLoop
 
 @testable import RunLoopKit
 
-/// A steady-state pass of the loop allocates nothing (DESIGN §4). Counted by interposing malloc
+/// A steady-state pass of the loop allocates nothing (BENCHMARKS.md, allocations). Counted by interposing malloc
 /// in the test binary (Tests/CAllocationCounter); skipped under the sanitizers, which own malloc.
 @Suite(.enabled(if: alloc_counter_available())) struct AllocationTests {
     /// A Source0 that re-signals itself, with an all-activities observer: 10,000 passes after a

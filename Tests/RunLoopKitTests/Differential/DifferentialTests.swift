@@ -6,9 +6,9 @@ import class RunLoopKit.RunLoop
 
 // Differential tests: every scenario in DiffScenarios.swift runs once on CoreFoundation's
 // CFRunLoop and once on RunLoopKit, each on a fresh dedicated thread with a fresh loop, and the
-// two traces must be equal. Rules are DESIGN §3; each test's comment states the CF behaviour it
+// two traces must be equal. Rules are CF's, as RunLoopKit.md states them; each test's comment states the CF behaviour it
 // pins (established on this machine: CF's traces were identical over repeated runs, except for
-// equal fire dates). Where RunLoopKit deviates from CF on purpose (DESIGN: `perform` wakes the
+// equal fire dates). Where RunLoopKit deviates from CF on purpose (listed in RunLoopKit.md: `perform` wakes the
 // loop, timer tolerance is honoured, equal fire dates fire in insertion order) the test is
 // named `..._deviation`, says so, and asserts both sides explicitly.
 //

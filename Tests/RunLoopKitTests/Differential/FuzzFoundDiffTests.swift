@@ -8,7 +8,7 @@ import Testing
 //
 // Two kinds:
 // - RunLoopKit must match CF: `expectSameTrace`.
-// - RunLoopKit keeps its behaviour on purpose (CF on Linux is buggy or lossy there, DESIGN §3):
+// - RunLoopKit keeps its behaviour on purpose (CF on Linux is buggy or lossy there; listed in the RunLoopKit DocC overview):
 //   `..._deviation`, which asserts CF's trace and RunLoopKit's trace explicitly and says why ours
 //   is kept.
 
@@ -95,7 +95,7 @@ struct FuzzFoundDiffTests {
     /// DEVIATION F: CF serves only the port that ended a wait; RunLoopKit fires due timers after
     /// every wait. Kept because CF's rule makes a due timer wait one more pass whenever another
     /// port (a wakeup, a Source1) is first in epoll's ready list, an artefact of taking one event
-    /// per wait on Linux, not a semantic DESIGN §3 asks for ("then handle what woke it: due
+    /// per wait on Linux, not a semantic the run algorithm asks for ("then handle what woke it: due
     /// timers ..."). Here the wakeup comes first: CF fires the overdue timer only after a second
     /// wait (which the timerfd ends at once).
     ///
@@ -192,8 +192,8 @@ struct FuzzFoundDiffTests {
 
     /// DEVIATION G: CFRunLoopPerformBlock "ensures" every mode it is given exists, the common
     /// modes placeholder included, so CF lists a real mode named kCFRunLoopCommonModes.
-    /// RunLoopKit treats `.common` as the placeholder it is everywhere (DESIGN §2: "a placeholder,
-    /// never a real mode"). Kept.
+    /// RunLoopKit treats `.common` as the placeholder it is everywhere (its doc: "the common-modes
+    /// placeholder … A loop cannot run in it"), never a real mode. Kept.
     @Test func performCommonMakesNoMode_deviation() {
         let (cf, rlk) = differentialTraces(FuzzFoundScenarios.performCommonMakesMode)
         #expect(

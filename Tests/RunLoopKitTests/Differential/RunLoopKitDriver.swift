@@ -4,7 +4,7 @@ import RunLoopKit
 import class RunLoopKit.RunLoop
 
 // The RunLoopKit side of the differential tests: the same `LoopDriver` interface as
-// `CFLoopDriver` (Support/CFHarness.swift), implemented with RunLoopKit's public API (DESIGN §2).
+// `CFLoopDriver` (Support/CFHarness.swift), implemented with RunLoopKit's public API (the names RunLoopKit.md documents).
 
 final class RLKDiffSource: DiffSource {
     let source: RunLoopSource

@@ -6,9 +6,9 @@ import Testing
 
 /// Finding 1: a repeating timer's handler that touches its own timer — sets its tolerance,
 /// removes it from a mode it is not in, removes it from its mode and adds it back — must not
-/// stop the loop from moving the timer to its next fire date. DESIGN §3: "a repeating timer's next
-/// fire date keeps its phase ...; a fire date set inside the handler is kept": only an explicit
-/// fire date counts as the handler's own schedule.
+/// stop the loop from moving the timer to its next fire date. A repeating timer's next fire date
+/// keeps its phase, and a fire date set inside the handler is kept (the DocC article Timers): only
+/// an explicit fire date counts as the handler's own schedule.
 ///
 /// Each scenario runs a 100 ms repeating timer for 550 ms: it fires 5 times (100 ms ... 500 ms).
 /// The bound 3...7 leaves room for a loaded machine (a late first fire, or a run that overshoots)

@@ -8,7 +8,7 @@ import class RunLoopKit.RunLoop
 
 @testable import RunLoopKit
 
-// Bad input gets a clear error and the loop keeps running (DESIGN §5): a foreign thread running a
+// Bad input gets a clear error and the loop keeps running (the DocC article MisuseAndLogging): a foreign thread running a
 // loop, running in `.common`, negative durations, adding invalidated items.
 
 extension Robustness {

@@ -5,7 +5,7 @@ import Testing
 
 @testable import RunLoopKit
 
-// Thread-safety is proven, not assumed (DESIGN §5): four threads add, remove, signal, reschedule,
+// Thread-safety is proven, not assumed (the DocC article Threading): four threads add, remove, signal, reschedule,
 // invalidate, perform, wake and stop for a few seconds while the loop's thread runs and nests
 // runs (callbacks run the loop again in other modes), and a second loop shares the sources. At
 // the end the loop must still answer, and the books must balance.

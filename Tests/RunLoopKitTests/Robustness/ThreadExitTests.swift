@@ -5,7 +5,7 @@ import Testing
 
 @testable import RunLoopKit
 
-// Thread exit tears the thread's loop down (DESIGN §3): its items leave (sources get their cancel
+// Thread exit tears the thread's loop down (the DocC article FailureModes): its items leave (sources get their cancel
 // callbacks) and its kernel descriptors are closed.
 
 extension Robustness {

@@ -7,7 +7,7 @@ import Foundation
 //
 // What the generator never produces, and why (each is a documented deviation, or a place where CF
 // on Linux is not deterministic, so a difference there says nothing):
-// - Equal timer fire dates, tolerance (DESIGN §3 deviations 2 and 3). Timers are either "due"
+// - Equal timer fire dates, tolerance (deviations from CF listed in the RunLoopKit DocC overview). Timers are either "due"
 //   (a date in the past) or "far" (hours ahead), all dates distinct. Due dates grow with each use
 //   (creation, setFireDate), so CF's clamp of a past date to "now" (CFRunLoopTimerCreate,
 //   CFRunLoopTimerSetNextFireDate) orders them exactly as their dates do. Repeating intervals are
