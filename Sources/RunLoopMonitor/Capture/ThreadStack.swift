@@ -5,7 +5,7 @@ import Synchronization
 
 /// Captures the stack of any thread of the process, as it is now.
 ///
-/// A real-time signal (``signalNumber``, SIGRTMIN+7) is sent to the thread with `tgkill`; its
+/// A running thread is sent a real-time signal (``signalNumber``, SIGRTMIN+7) with `tgkill`; its
 /// handler, on that thread, writes the return addresses into a preallocated buffer and returns
 /// (the thread is never parked), while the capturing thread waits on a futex. The handler is
 /// async-signal-safe: it allocates nothing, takes no lock and restores `errno`. It walks the
@@ -26,11 +26,14 @@ import Synchronization
 /// DWARF: demangled names, file and line), else from `dladdr`; the image path and the
 /// image-relative offset are always given for offline use (see ``StackFrame``).
 ///
-/// What a signal does to the target: a system call it is blocked in that is restarted after a
-/// handler (`read` on a socket, `futex`, `accept`) goes on unnoticed; one that is not
-/// (`nanosleep`, `epoll_wait`, `poll`, `sem_wait`) returns `EINTR` once, as POSIX allows at any
-/// time; glibc's `sleep()` then returns early. A stall monitor signals a thread blocked in the
-/// same call only once per stall (see ``StallMonitor``).
+/// A thread parked in the kernel (blocked in a system call, or stopped) is not signalled: its
+/// stack is read where it is parked (``RawStack/Unwinder/parkedInKernel``), so its `usleep`,
+/// `poll` or `read` goes on as if nobody had looked. Only a thread that is running gets the
+/// signal, and only when it neither blocks the signal nor has one of ours pending, and while the
+/// handler is still ThreadStack's (``ThreadStackError/handlerReplaced(signal:)`` otherwise). What
+/// remains: a thread that enters a blocking call between the check and the signal's arrival has
+/// that call interrupted (`nanosleep`, `epoll_wait`, `poll` return `EINTR`, as POSIX allows at any
+/// time); BENCHMARKS.md (`parked`) measures how often.
 public enum ThreadStack {
     /// How long ``capture(threadID:timeout:)`` waits for the handler by default.
     public static let defaultTimeout: Duration = .milliseconds(250)
