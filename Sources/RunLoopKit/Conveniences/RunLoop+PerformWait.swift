@@ -15,17 +15,25 @@ extension RunLoop {
     /// }
     /// ```
     ///
-    /// The block is queued exactly as ``perform(inModes:_:)->()`` queues one: first in, first out
-    /// with the loop's other blocks, only in `modes` (``Mode/common`` matches every common mode),
-    /// and it wakes the loop. A block queued for a mode the loop is not running in waits — and so
-    /// does a caller that waits for it — until the loop runs in one of its modes.
+    /// The block is delivered as NSThread delivers a perform: by a version-0 source of the loop,
+    /// one per mode (``Mode/common``'s is in every common mode), first in, first out with the
+    /// other performs for that mode, and it wakes the loop. So, unlike a block queued with
+    /// ``perform(inModes:_:)->()`` (`CFRunLoopPerformBlock`), it is a handled source:
+    /// ``run(mode:before:)``, ``acceptInput(mode:before:)`` and a run with
+    /// `returnAfterSourceHandled` return after it. That is what the keep-alive pattern
+    /// `while keepRunning { loop.run(mode: .default, before: RunLoop.distantFuture) }` needs to
+    /// notice a flag cleared by the perform, without a ``stop()``. The source is in a mode only
+    /// while performs wait there, so it keeps no mode alive afterwards. A block queued for a mode
+    /// the loop is not running in waits — and so does a caller that waits for it — until the loop
+    /// runs in one of its modes; a block queued for several modes runs once, in the first of them
+    /// the loop runs.
     ///
     /// Called on the loop's own thread with `waitUntilDone: true`, the block runs at once, inline,
     /// whatever mode the loop is in (or even if it is not running), as NSObject does: waiting for a
     /// block that only this thread could run would deadlock.
     ///
     /// A waiting caller is never left waiting forever for a loop that cannot run the block: if the
-    /// loop's thread exits first, the loop drops its queued blocks, and the call throws
+    /// loop's thread exits first, the loop drops its queued performs, and the call throws
     /// ``PerformError/threadExited``.
     ///
     /// - Note: Unlike `performSelector:onThread:…`, whose modes default to the common modes,
@@ -46,8 +54,7 @@ extension RunLoop {
     ) throws(PerformError) {
         guard !modes.isEmpty else { throw .noModes }
         guard waitUntilDone else {
-            guard !blocksClosed.load(ordering: .acquiring) else { throw .threadExited }
-            perform(inModes: modes, block)
+            try performAsSource(inModes: modes, block)
             return
         }
         if isCurrent {
@@ -55,7 +62,7 @@ extension RunLoop {
             return
         }
         let completion = BlockCompletion<Void>()
-        perform(inModes: modes, completion.block(block))
+        try performAsSource(inModes: modes, completion.block(block))
         completion.noticeDrop(by: self)
         if case .dropped = completion.wait() { throw .threadExited }
     }
@@ -108,10 +115,9 @@ extension RunLoop {
             block()
             return .completed
         }
-        guard !blocksClosed.load(ordering: .acquiring) else { throw .threadExited }
         let start = PerformRequestCore(block, target: nil)
         let completion = BlockCompletion<Bool>()
-        perform(
+        try performAsSource(
             inModes: modes,
             completion.block {
                 guard let body = start.start() else { return false }

@@ -511,6 +511,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Says that `item` was not added because the loop's thread has exited (it could never run).
+    /// Whether the loop's thread has exited and the loop let go of its items (items added from now
+    /// on are refused).
+    var isTornDown: Bool { state.locked { $0.tornDown } }
+
     func warnAddedAfterExit(_ item: Any) {
         Diagnostics.warning("\(item) not added to \(shortDescription): the loop's thread has exited")
     }

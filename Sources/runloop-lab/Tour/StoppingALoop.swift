@@ -12,8 +12,8 @@ struct StoppingALoop: Experiment {
         stop() ends only the innermost run in progress (one pass of the loop). Each loop below is \
         kept alive by a Source0 that is never signalled (the seed's `addPort:`), and the main \
         thread sends the stops: run() ends on a stop; run(until:) only starts another pass and \
-        goes on until its date; the seed's stoppable loop needs a flag plus a stop sent by \
-        perform.
+        goes on until its date; the seed's stoppable loop ends with its flag plus an empty \
+        perform, which is a Source0, as performSelector:onThread: is.
         """
 
     func run() {
@@ -92,19 +92,24 @@ struct StoppingALoop: Experiment {
         )
     }
 
-    /// (c) The seed's stoppable loop: `while keepRunning { run(mode: .default, before: .distantFuture) }`.
+    /// (c) The seed's stoppable loop, as seed 004 writes it: `customStart` runs
+    /// `while (shouldKeepRunning) [runLoop runMode:NSDefaultRunLoopMode beforeDate:[NSDate distantFuture]]`
+    /// on a thread whose loop has a port; `customStop` sets `shouldKeepRunning = NO` and performs an
+    /// empty method on the thread (`performSelector:onThread:withObject:waitUntilDone:NO`), with no
+    /// CFRunLoopStop ("调用后立即退出RunLoop": the loop exits at once).
     private func stoppableLoop() {
         Out.subheading(
-            "(c) while keepRunning { run(mode: .default, before: .distantFuture) }: flag + perform { stop() }")
+            "(c) seed 004's customStart/customStop: while shouldKeepRunning { run(mode:before: .distantFuture) }; "
+                + "shouldKeepRunning = false + an empty perform")
         let trace = Trace()
-        let keepRunning = SharedFlag(true)
+        let shouldKeepRunning = SharedFlag(true)
         let thread = LoopThread(name: "stoppable") { loop in
             let (keepAlive, observer) = Self.prepare(loop, trace)
-            trace.log("loop:  while keepRunning { run(mode: .default, before: .distantFuture) }")
-            while keepRunning.isSet {
+            trace.log("loop:  while shouldKeepRunning { run(mode: .default, before: .distantFuture) }")
+            while shouldKeepRunning.isSet {
                 loop.run(mode: .default, before: .distantFuture)
             }
-            trace.log("loop:  the while loop ended")
+            trace.log("loop:  the while loop ended (the seed's NSLog(@\"退出\"))")
             keepAlive.invalidate()
             observer.invalidate()
         }
@@ -115,17 +120,21 @@ struct StoppingALoop: Experiment {
         loop.stop()
         usleep(50_000)
         loop.waitUntilAsleep()
-        let requested = trace.log("main:  keepRunning = false; perform { stop() }")
-        keepRunning.set(false)
-        loop.perform {
-            trace.log("loop:  block runs stop() on the loop's own thread")
-            loop.stop()
+        let requested = trace.log(
+            "main:  customStop: shouldKeepRunning = false; perform(inModes: [.default], waitUntilDone: false) {}")
+        shouldKeepRunning.set(false)
+        // performSelector:onThread: is delivered by a Source0 (on iOS, __NSThreadPerformPerform):
+        // run(mode:before:) returns after it, and the while loop sees the flag.
+        try? loop.perform(inModes: [.default], waitUntilDone: false) {
+            trace.log("loop:  the empty perform runs (a Source0: run(mode:before:) returns after it)")
         }
         thread.join()
         trace.printEvents()
         let ended = trace.events.last.map(\.at) ?? requested
         Out.conclusion(
-            "stop() alone ended pass 1 and the while loop started pass 2; with the flag cleared, the thread "
-                + "left the loop \(Trace.ms(ended - requested)) after the request")
+            "stop() alone ended pass 1 and the while loop started pass 2; with the flag cleared, the empty "
+                + "perform ended the run (no stop()), and the thread left the loop \(Trace.ms(ended - requested)) "
+                + "after the request, as the seed says. (A block queued with perform {}, CFRunLoopPerformBlock, "
+                + "is not a source: it would run, but the run would go on sleeping until .distantFuture.)")
     }
 }

@@ -71,3 +71,11 @@ extension RunLoop {
     /// kernel descriptors).
     var isTornDown: Bool { blocksClosed.load(ordering: .acquiring) }
 }
+
+extension RunLoop {
+    /// Whether a perform source of this loop is in `mode` (a perform is queued there).
+    func contains(anyPerformSourceIn mode: Mode) -> Bool {
+        guard let lanes = attachments.existing(ThreadPerformLanes.self) else { return false }
+        return contains(lanes.lane(for: mode, of: self).sourceForTesting, inMode: mode)
+    }
+}

@@ -80,8 +80,8 @@ extension Robustness.KeepAlive {
             // task: while a block runs, the blocks of its batch that wait for other modes are held
             // by the outer run, out of a nested run's sight (as in CoreFoundation's
             // __CFRunLoopDoBlocks, which detaches the list while it runs blocks).
-            // The block runs in the run's first pass; the run then sleeps until its timeout (as
-            // CFRunLoop does: emptiness is checked after the sleep), hence a short one.
+            // The perform runs in the run's first pass, as a source; its source then leaves the
+            // mode, which is empty again: the run finishes.
             let nested = TestMonitor<RunLoop.RunResult?>(nil)
             let timer = RunLoopTimer(after: .zero) { _ in
                 let result = RunLoop.current.run(mode: privateMode, for: .milliseconds(20))
@@ -89,7 +89,8 @@ extension Robustness.KeepAlive {
             }
             loop.add(timer, forMode: .default)
             #expect(nested.wait(timeout: .seconds(30)) { $0 != nil })
-            #expect(nested.read { $0 } != .finished, "the private mode was empty: the block was not there")
+            #expect(nested.read { $0 } == .finished)
+            // Only a run in the private mode can run the block.
             #expect(ran.wait(timeout: .seconds(30)))
             #expect(caller.join(timeout: .seconds(30)))
             #expect(callerDone.read { $0 } == "released after the block ran")
@@ -97,7 +98,7 @@ extension Robustness.KeepAlive {
 
         @Test func aCallerWaitingForALoopWhoseThreadExitsIsReleased() throws {
             // The loop thread never runs its loop: it publishes it, waits for the block to be in
-            // its queue, and exits, which drops the block.
+            // the loop's perform source, and exits, which drops the block.
             let mayExit = TestEvent()
             let loopThread = try #require(
                 TestThread.hostingLoop(name: "pw-exiting") { _ in _ = mayExit.wait(timeout: .seconds(30)) })
@@ -112,7 +113,7 @@ extension Robustness.KeepAlive {
                 }
             }
             // A bounded wait until the block is queued, then the loop's thread exits.
-            #expect(waitUntil { loop.inbox.hasReady })
+            #expect(waitUntil { loop.contains(anyPerformSourceIn: .default) })
             mayExit.fire()
             #expect(loopThread.join(timeout: .seconds(30)))
             #expect(caller.join(timeout: .seconds(30)), "the caller still waits for a dropped block")
