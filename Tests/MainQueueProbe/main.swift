@@ -8,6 +8,8 @@
 //
 //     MainQueueProbe cf modes        CoreFoundation's main loop (CFRunLoopRunInMode)
 //     MainQueueProbe rlk modes       RunLoopKit's RunLoop.main, same scenario
+//     MainQueueProbe cf activities   the main queue's port checked before sleeping, observed
+//     MainQueueProbe rlk activities  the same on RunLoopKit
 //     MainQueueProbe rlk coexist     both in one process, each nested in the other
 //
 // It prints one line per event, then "done", and exits 0. Every run is bounded (5 s at most), and
@@ -50,6 +52,8 @@ protocol Engine: Sendable {
     @discardableResult
     func addTimer(_ mode: String, after seconds: Double, _ body: @escaping @Sendable () -> Void) -> () -> Void
     func addCommonMode(_ mode: String)
+    /// Adds an all-activities observer to `mode` of the main loop that traces each activity.
+    func traceActivities(_ mode: String)
     /// CFRunLoopRun / RunLoop.run(): the default mode until stopped or finished.
     func runUntilStopped()
     func stop()
@@ -78,6 +82,12 @@ struct CFEngine: Engine {
         return { CFRunLoopTimerInvalidate(timer) }
     }
     func addCommonMode(_ mode: String) { CFRunLoopAddCommonMode(CFRunLoopGetMain(), cfMode(mode)) }
+    func traceActivities(_ mode: String) {
+        let observer = CFRunLoopObserverCreateWithHandler(kCFAllocatorDefault, CFRunLoopActivity.allActivities.rawValue, true, 0) {
+            _, activity in trace("  observer: \(activityName(activity.rawValue))")
+        }
+        CFRunLoopAddObserver(CFRunLoopGetMain(), observer, cfMode(mode))
+    }
     func runUntilStopped() { CFRunLoopRun() }
     func stop() { CFRunLoopStop(CFRunLoopGetMain()) }
 }
@@ -96,6 +106,12 @@ struct RunLoopKitEngine: Engine {
         return { timer.invalidate() }
     }
     func addCommonMode(_ mode: String) { RunLoop.main.addCommonMode(self.mode(mode)) }
+    func traceActivities(_ mode: String) {
+        let observer = RunLoopObserver(activities: .allActivities) { _, activity in
+            trace("  observer: \(activityName(UInt(activity.rawValue)))")
+        }
+        RunLoop.main.add(observer, forMode: self.mode(mode))
+    }
     func runUntilStopped() { RunLoop.main.run() }
     func stop() { RunLoop.main.stop() }
 }
@@ -147,6 +163,47 @@ func modes(_ engine: any Engine) {
     }
     engine.runUntilStopped()
     trace("run() returned")
+}
+
+/// CFRunLoopActivity's bits, which RunLoopKit's activities share.
+func activityName(_ bits: UInt) -> String {
+    switch bits {
+    case 1 << 0: "entry"
+    case 1 << 1: "beforeTimers"
+    case 1 << 2: "beforeSources"
+    case 1 << 5: "beforeWaiting"
+    case 1 << 6: "afterWaiting"
+    case 1 << 7: "exit"
+    default: "activity \(bits)"
+    }
+}
+
+/// The main queue's port checked before sleeping (`__CFRunLoopRun`, before
+/// `kCFRunLoopBeforeWaiting`): work queued on the main queue during a pass is served at the next
+/// pass without announcing a sleep (no beforeWaiting, no afterWaiting), unless the main queue was
+/// served in the pass before (`didDispatchPortLastTime`); the first pass of a run does not check.
+func activities(_ engine: any Engine) {
+    engine.traceActivities("default")
+    // A timer queues A; A queues B while the main queue is being served.
+    engine.addTimer("default", after: 0.01) {
+        trace("  timer fired; queues A")
+        queueBlock("  A") { queueBlock("  B") }
+    }
+    trace("run(default, 5 s, returnAfterSourceHandled)")
+    trace("-> \(engine.run("default", seconds: 5, returnAfterSourceHandled: true))")
+    // B was queued by A: the next run's first pass does not check the port; it sleeps and wakes
+    // for it at once.
+    trace("run(default, 5 s, returnAfterSourceHandled)")
+    trace("-> \(engine.run("default", seconds: 5, returnAfterSourceHandled: true))")
+    // Without returnAfterSourceHandled: C, queued by a timer, is served by the next pass's check;
+    // D, queued by C, waits for the pass after (the port was served last time), which sleeps
+    // first; then the run sleeps until its timeout.
+    engine.addTimer("default", after: 0.01) {
+        trace("  timer fired; queues C")
+        queueBlock("  C") { queueBlock("  D") }
+    }
+    trace("run(default, 300 ms)")
+    trace("-> \(engine.run("default", seconds: 0.3, returnAfterSourceHandled: false))")
 }
 
 /// CoreFoundation and RunLoopKit in one process: whichever runs on the main thread serves the
@@ -216,10 +273,12 @@ let arguments = CommandLine.arguments.dropFirst()
 switch (arguments.first, arguments.dropFirst().first) {
 case ("cf", "modes"): modes(CFEngine())
 case ("rlk", "modes"): modes(RunLoopKitEngine())
+case ("cf", "activities"): activities(CFEngine())
+case ("rlk", "activities"): activities(RunLoopKitEngine())
 case ("rlk", "coexist"): coexist()
 case ("rlk", "identity"): identity()
 default:
-    print("usage: MainQueueProbe cf modes | rlk modes | rlk coexist | rlk identity")
+    print("usage: MainQueueProbe cf modes|activities | rlk modes|activities|coexist|identity")
     exit(2)
 }
 for line in lines.withLock({ $0 }) { print(line) }

@@ -96,6 +96,8 @@ struct LoopState: Sendable {
     var armedDeadline = LoopClock.never
     var nextTimerSequence: UInt64 = 1
     var tornDown = false
+    /// The main queue's port (``RunLoop/main`` only): checked before a pass announces a sleep.
+    var dispatchPort: FileDescriptorSource?
     /// Heap entries dropped under the lock; their retains are released once it is let go (see
     /// `RunLoop.withState`), because releasing the last reference to a timer runs its handler's
     /// captures' deinits, which may call back into the loop.

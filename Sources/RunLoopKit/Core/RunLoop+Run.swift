@@ -15,12 +15,16 @@ import SystemPackage
 //             doBlocks()
 //             handled = doSources0(); if handled { doBlocks() }
 //             poll = handled || timeout == 0
-//             if !poll { doObservers(beforeWaiting) }
-//             wait(poll)                       // EpollBackend.wait: eventfd, timerfd, fd sources
+//             if dispatchPortIsReady() {            // the main loop: main queue ready, not served
+//                 handled1 = serveDispatchPort()    //   last pass -> served now, no sleep announced
+//             } else {                              // sleepAndWake:
+//                 if !poll { doObservers(beforeWaiting) }
+//                 wait(poll)                   // EpollBackend.wait: eventfd, timerfd, fd sources
 //                                              // (not with the mode emptied: see `handedOverWorkPending`)
-//             if !poll { doObservers(afterWaiting) }
-//             doTimers()                        // due timers, by fire date
-//             handled1 = doSources1()           // descriptors, ports, the main queue
+//                 if !poll { doObservers(afterWaiting) }
+//                 doTimers()                        // due timers, by fire date
+//                 handled1 = doSources1()           // descriptors, ports, the main queue
+//             }
 //             doBlocks()
 //             reportPass()                      // only while an iteration reporter listens
 //             exit: (handled || handled1) && returnAfterSourceHandled -> .handledSource
@@ -190,25 +194,16 @@ extension RunLoop {
             if sourceHandled { doBlocks(&context) }
 
             let poll = sourceHandled || context.pollOnly
-            if !poll { doObservers(.beforeWaiting, &context) }
-            wait(&context, poll: poll)
-            // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
-            // (this pass handles what the wait found; the next looks at everything anyway).
-            acceptsWakeUps.store(false, ordering: .relaxed)
-            // A phase watch that began while the loop slept stamps the rest of this pass (a
-            // monitor needs the wake's time; one sleep may have lasted since before it watched).
-            if _slowPath(context.pass.flags == 0) {
-                context.pass.flags = instrumentation.flags.load(ordering: .relaxed) & LoopInstrumentation.stampPhases
+            let source1Handled: Bool
+            if dispatchPortIsReady(&context) {
+                // CoreFoundation's `goto handle_msg`: the main queue is served at once; no sleep is
+                // announced (no beforeWaiting, no afterWaiting), and timers wait for the next pass.
+                source1Handled = serveDispatchPort(&context)
+            } else {
+                sleepAndWake(&context, poll: poll)
+                doTimers(&context)
+                source1Handled = doSources1(&context)
             }
-            // A trace needs the wake reason only for a pass that slept (a poll records no sleep).
-            if context.pass.flags & LoopInstrumentation.reportIterations != 0 || (context.pass.tracing && !poll) {
-                noteWakeReason(poll, &context)
-                if context.pass.tracing { traceWake(&context) }
-            }
-            if !poll { doObservers(.afterWaiting, &context) }
-
-            doTimers(&context)
-            let source1Handled = doSources1(&context)
             doBlocks(&context)
             if context.pass.flags & LoopInstrumentation.reportIterations != 0 { reportPass(&context) }
 
@@ -247,6 +242,48 @@ extension RunLoop {
             observer.firing.store(false, ordering: .releasing)
             if !observer.repeats { observer.invalidate() }
         }
+    }
+
+    /// CoreFoundation's step before announcing a sleep: on the main loop, in a mode that serves
+    /// the main queue, libdispatch's main-queue port is checked without waiting, unless the main
+    /// queue was served in the pass before (`didDispatchPortLastTime`; a run's first pass does not
+    /// check either). Work queued on the main queue during a pass (by a timer, a source, a block)
+    /// is then served at the next pass without a sleep that observers would see.
+    @inline(__always)
+    private func dispatchPortIsReady(_ context: inout RunContext) -> Bool {
+        guard _slowPath(context.items.dispatchPort != nil) else { return false }
+        let servedLastPass = context.servedDispatchPortLastPass
+        context.servedDispatchPortLastPass = false
+        guard !servedLastPass, let port = context.items.dispatchPort else { return false }
+        return Poll.isReadable(port.descriptor)
+    }
+
+    /// Serves the main queue's port found ready before sleeping, as a version-1 source of the pass.
+    private func serveDispatchPort(_ context: inout RunContext) -> Bool {
+        guard let port = context.items.dispatchPort else { return false }
+        enterPhase(.sources1, &context)
+        context.scratch.readySources1.append((port, .readable))
+        return performReadySources1(&context)
+    }
+
+    /// Announces the sleep, waits (or only polls), and announces the wake: the middle of a pass.
+    private func sleepAndWake(_ context: inout RunContext, poll: Bool) {
+        if !poll { doObservers(.beforeWaiting, &context) }
+        wait(&context, poll: poll)
+        // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
+        // (this pass handles what the wait found; the next looks at everything anyway).
+        acceptsWakeUps.store(false, ordering: .relaxed)
+        // A phase watch that began while the loop slept stamps the rest of this pass (a
+        // monitor needs the wake's time; one sleep may have lasted since before it watched).
+        if _slowPath(context.pass.flags == 0) {
+            context.pass.flags = instrumentation.flags.load(ordering: .relaxed) & LoopInstrumentation.stampPhases
+        }
+        // A trace needs the wake reason only for a pass that slept (a poll records no sleep).
+        if context.pass.flags & LoopInstrumentation.reportIterations != 0 || (context.pass.tracing && !poll) {
+            noteWakeReason(poll, &context)
+            if context.pass.tracing { traceWake(&context) }
+        }
+        if !poll { doObservers(.afterWaiting, &context) }
     }
 
     /// Runs the blocks queued for this mode, first in, first out. Blocks queued meanwhile wait for
@@ -654,6 +691,12 @@ extension RunLoop {
             }
         }
         sortByOrder(&context.scratch.readySources1)
+        return performReadySources1(&context)
+    }
+
+    /// Calls out to the ready version-1 sources, in order (one only, for a run that returns after
+    /// a handled source); those left over are looked at again next pass.
+    private func performReadySources1(_ context: inout RunContext) -> Bool {
         var handled = false
         var index = 0
         while index < context.scratch.readySources1.count {
@@ -664,6 +707,9 @@ extension RunLoop {
             let performed = item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self)
             calloutEnds()
             if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
+            if _slowPath(context.items.dispatchPort != nil) && item === context.items.dispatchPort {
+                context.servedDispatchPortLastPass = true
+            }
             if performed {
                 handled = true
                 if context.returnAfterSourceHandled { break }
@@ -1052,7 +1098,8 @@ extension RunLoop {
                 hasDescriptors: !mode.descriptors.isEmpty && mode.interestSet != nil,
                 needsInterestSet: !mode.descriptors.isEmpty && mode.interestSet == nil,
                 interestSetStale: mode.interestSetStale,
-                modeIsCommon: state.isCommon(mode.name)
+                modeIsCommon: state.isCommon(mode.name),
+                dispatchPort: state.dispatchPort.flatMap { port in mode.sources1.contains { $0 === port } ? port : nil }
             )
         }
     }
@@ -1285,6 +1332,10 @@ struct RunContext {
     let outerPhaseStartNs: Int64
     /// The current pass's instrumentation.
     var pass = PassInstrumentation()
+    /// Whether the main queue's port was served in the pass before (CoreFoundation's
+    /// `didDispatchPortLastTime`, true when a run starts): that pass's successor does not check it
+    /// before sleeping.
+    var servedDispatchPortLastPass = true
 }
 
 /// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
@@ -1309,6 +1360,8 @@ struct ModeItems {
     /// Whether the mode is one of the common modes (they change only through `addCommonMode`,
     /// which bumps the items version too).
     var modeIsCommon = false
+    /// The loop's dispatch port (the main queue's descriptor source) when it is in this mode.
+    var dispatchPort: FileDescriptorSource?
 }
 
 /// What a wait does once it has decided to wait: nothing (the deadline passed), sleep in the

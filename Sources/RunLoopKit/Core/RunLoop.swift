@@ -511,6 +511,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Says that `item` was not added because the loop's thread has exited (it could never run).
+    /// Makes `source` the loop's dispatch port: in a mode it is in, a pass checks it without
+    /// waiting before it announces a sleep, and serves it at once if it is ready (the main queue's
+    /// port in CoreFoundation's run algorithm).
+    func setDispatchPort(_ source: FileDescriptorSource) {
+        mutatingItems { state in state.dispatchPort = source }
+    }
+
     /// Whether the loop's thread has exited and the loop let go of its items (items added from now
     /// on are refused).
     var isTornDown: Bool { state.locked { $0.tornDown } }

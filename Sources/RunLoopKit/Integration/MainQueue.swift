@@ -76,6 +76,7 @@ enum MainQueueDrain {
     static func attach(to loop: RunLoop) {
         guard crlk_fork_generation() == 0, let source else { return }
         loop.add(source, forMode: .common)
+        loop.setDispatchPort(source)
     }
 
     /// The source on libdispatch's main-queue eventfd, or nil where libdispatch has none.

@@ -45,6 +45,16 @@ enum System {
     }
 }
 
+/// poll(2), for one descriptor without waiting.
+enum Poll {
+    /// Whether `fd` is readable now (or reports an error or hang-up, which a read would too).
+    static func isReadable(_ fd: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        // A zero timeout never blocks; EINTR then only means "not known to be ready".
+        return Glibc.poll(&entry, 1, 0) == 1 && entry.revents != 0
+    }
+}
+
 /// epoll(7).
 enum Epoll {
     static func create() throws(Errno) -> Int32 {

@@ -48,6 +48,65 @@ import Testing
         #expect(rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)")
     }
 
+    /// CoreFoundation's trace of `MainQueueProbe cf activities`: the main queue's port checked
+    /// before a pass announces a sleep (see `activities` in the probe).
+    static let activitiesTrace = [
+        "run(default, 5 s, returnAfterSourceHandled)",
+        "  observer: entry",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  timer fired; queues A",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  A ran on the main thread",
+        "  observer: exit",
+        "-> handledSource",
+        "run(default, 5 s, returnAfterSourceHandled)",
+        "  observer: entry",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  B ran on the main thread",
+        "  observer: exit",
+        "-> handledSource",
+        "run(default, 300 ms)",
+        "  observer: entry",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  timer fired; queues C",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  C ran on the main thread",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  D ran on the main thread",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  observer: exit",
+        "-> timedOut",
+    ]
+
+    /// Work queued on the main queue during a pass is served at the next pass without a sleep
+    /// that observers would see (no beforeWaiting/afterWaiting), unless the main queue was served
+    /// in the pass before; a run's first pass does not check. As `__CFRunLoopRun` does before
+    /// `kCFRunLoopBeforeWaiting` (`didDispatchPortLastTime`), which activity-based lag monitors
+    /// see. CoreFoundation first, then RunLoopKit, each in its own process: same trace.
+    @Test func theMainQueuesPortIsCheckedBeforeSleepingAsInCoreFoundation() throws {
+        let cf = try #require(runMainQueueProbe("cf", "activities"))
+        let rlk = try #require(runMainQueueProbe("rlk", "activities"))
+        #expect(cf.lines == Self.activitiesTrace, "CoreFoundation's trace changed:\n\(cf.report)")
+        #expect(rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)")
+    }
+
     /// Both loops in one process: CoreFoundation's main loop run inside a RunLoopKit timer, and
     /// RunLoopKit's inside a CoreFoundation timer. Whichever runs serves the main queue; every
     /// block runs once, on the main thread, and each run returns after serving it.
