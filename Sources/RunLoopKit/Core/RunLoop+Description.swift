@@ -4,6 +4,13 @@ extension RunLoop {
     /// mode with its sources, its descriptor sources and ports (with their descriptors and watched
     /// events), timers (with their next fire date) and observers (with their activities and order),
     /// each item headed by its `label` when it has one.
+    ///
+    /// As CoreFoundation's shows its wake-up port, its flags and each mode's port set and
+    /// deadlines, the header shows the loop's wake-up eventfd, its epoll and timer descriptors (and
+    /// the timerfd's armed deadline), whether a stop is pending and whether wake-ups are ignored
+    /// (from the end of a wait to the next pass); each mode shows the epoll set its runs sleep in
+    /// and its next timer deadline, soft (the earliest fire date) and hard (the earliest latest
+    /// fire date within tolerance).
     public var description: String {
         let now = LoopClock.now()
         // Timer lines are made under the lock: heap entries do not keep their timers alive
@@ -15,17 +22,36 @@ extension RunLoop {
                 }
             }
         }
+        let deadlineLines: [String] = state.locked { state in
+            state.modes.map { mode in
+                let live = mode.timers.entries.filter(\.isLive)
+                guard let soft = live.map(\.fireNs).min(), let hard = live.map(\.latestNs).min() else {
+                    return "    next deadline = none,"
+                }
+                return "    next deadline = { soft in \(formatNanoseconds(soft - now)), hard in \(formatNanoseconds(hard - now)) },"
+            }
+        }
         let snapshot = state.locked { state in
             (
                 state.modes, state.commonModes, state.runningModes.last.map { state.modes[$0].name },
-                state.commonSources.count + state.commonSources1.count,
-                state.commonTimers.count, state.commonObservers.count
+                state.commonSources.count
+                    + state.commonSources1.count { !($0.descriptorSource?.isLibrarySource.load(ordering: .relaxed) ?? false) },
+                state.commonTimers.count, state.commonObservers.count, state.armedDeadline
             )
         }
-        let (modes, commonModes, current, commonSources, commonTimers, commonObservers) = snapshot
+        let (modes, commonModes, current, commonSources, commonTimers, commonObservers, armed) = snapshot
         var lines: [String] = []
         lines.append(
             "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
+        if let backend {
+            let (epoll, wakeUp, timer) = backend.descriptors
+            let armedText = armed == LoopClock.never ? "disarmed" : "armed for \(formatNanoseconds(armed - now)) from now"
+            lines.append("wake-up descriptor = \(wakeUp) (eventfd), epoll descriptor = \(epoll), timer descriptor = \(timer) (timerfd, \(armedText)),")
+        } else {
+            lines.append("wake-up = futex (no descriptors: the loop could not open its epoll set),")
+        }
+        lines.append(
+            "stopped = \(stopRequest.load(ordering: .relaxed) != 0), ignoring wake-ups = \(!acceptsWakeUps.load(ordering: .relaxed)),")
         lines.append("current mode = \(current?.rawValue ?? "(none)"),")
         lines.append("common modes = { \(commonModes.map(\.rawValue).joined(separator: ", ")) },")
         lines.append(
@@ -34,6 +60,11 @@ extension RunLoop {
         lines.append("modes = {")
         for (index, mode) in modes.enumerated() {
             lines.append("  <RunLoopMode '\(mode.name.rawValue)'> {")
+            if backend != nil {
+                let set = mode.interestSet.map { "epoll descriptor \($0.descriptor) (its own: it has descriptor sources)" }
+                lines.append("    sleeps in = \(set ?? "the loop's epoll set"),")
+            }
+            if index < deadlineLines.count { lines.append(deadlineLines[index]) }
             lines.append("    sources0 = {")
             for source in mode.sources {
                 lines.append(

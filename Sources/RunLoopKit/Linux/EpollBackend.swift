@@ -28,6 +28,8 @@ final class EpollBackend: Sendable {
     /// An epoll set the loop can sleep in: the base set, or a mode's own.
     struct InterestSet: Hashable, Sendable {
         fileprivate let fd: Int32
+        /// The epoll descriptor (for descriptions).
+        var descriptor: Int32 { fd }
     }
 
     /// Readiness of a watched descriptor. The raw values are those of
@@ -100,6 +102,10 @@ final class EpollBackend: Sendable {
     /// The loop thread's event buffer. `nonisolated(unsafe)`: only ``wait(in:blocking:into:)``
     /// touches the memory it points to, on the loop's thread.
     private nonisolated(unsafe) let events: UnsafeMutablePointer<epoll_event>
+
+    /// The backend's own descriptors, for descriptions: the base epoll set, the eventfd that
+    /// wakes the loop, the timerfd its timers arm.
+    var descriptors: (epoll: Int32, wakeUp: Int32, timer: Int32) { (baseSet.fd, wakeFD, timerFD) }
 
     /// Opens the base set, the eventfd and the timerfd, for the loop of thread `ownerTID`.
     ///

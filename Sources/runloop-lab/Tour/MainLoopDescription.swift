@@ -20,6 +20,34 @@ struct MainLoopDescription: Experiment {
         """
 
     func run() {
+        bareMainLoop()
+        mainLoopWithUIKitsItems()
+    }
+
+    /// (a) Seed 002's `main.m`: `NSLog(@"%@", NSRunLoop.currentRunLoop)` before
+    /// `UIApplicationMain`, on a main loop nothing was added to yet.
+    private func bareMainLoop() {
+        Out.subheading("(a) seed 002's main.m: NSLog(@\"%@\", NSRunLoop.currentRunLoop) before UIApplicationMain")
+        Out.line("seed 002 (CFRunLoop on iOS, quoted): <CFRunLoop 0x6000015f0000 ...>{wakeup port = 0x1103, stopped = false,")
+        Out.line("  ignoreWakeUps = true, current mode = (none), common modes = {kCFRunLoopDefaultMode}, common mode items = (null),")
+        Out.line("  modes = {<CFRunLoopMode ...>{name = kCFRunLoopDefaultMode, port set = 0x1003, ..., timer port = 0xe03,")
+        Out.line("  sources0 = (null), sources1 = (null), observers = (null), timers = (null),")
+        Out.line("  currently ... / soft deadline in: 1.84464867e+10 sec (@ -1) / hard deadline in: 1.84464867e+10 sec (@ -1)}}}")
+        Out.line("seed 002: \"main.m 中,还没有 return 的时候当前 RunLoop 的内部结构中存在一个 wakeup port 的端口\"")
+        Out.line("  (before main returns, the loop already has a wakeup port). RunLoopKit's RunLoop.main here:")
+        for line in RunLoop.main.description.split(separator: "\n", omittingEmptySubsequences: false) {
+            Out.line("  " + String(line))
+        }
+        Out.conclusion(
+            "the same skeleton: the wake-up port is an eventfd (a Mach port on iOS), the mode's port set an "
+                + "epoll descriptor, the timer port a timerfd; not stopped, ignoring wake-ups until a run "
+                + "starts, no current mode, only kCFRunLoopDefaultMode, and no deadline. Its only item, "
+                + "the main queue's Source1, is RunLoopKit's own and not listed (CF does not list its "
+                + "dispatch port either).")
+    }
+
+    /// (b) The main loop with the items UIKit adds, as the seeds print it in the debugger.
+    private func mainLoopWithUIKitsItems() {
         let loop = RunLoop.main
         loop.addCommonMode(.tracking)
         let eventQueue = RunLoopSource(order: -1) {}
@@ -47,7 +75,7 @@ struct MainLoopDescription: Experiment {
         loop.add(displayPort, forMode: .common)
         loop.add(delayed, forMode: .default)
 
-        Out.subheading("print(RunLoop.main) (the main queue's own Source1 is RunLoopKit's and not listed)")
+        Out.subheading("(b) print(RunLoop.main) with UIKit's items (the main queue's own Source1 is RunLoopKit's and not listed)")
         for line in loop.description.split(separator: "\n", omittingEmptySubsequences: false) {
             Out.line(String(line))
         }
