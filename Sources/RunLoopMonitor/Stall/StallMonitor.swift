@@ -75,6 +75,8 @@ public final class StallMonitor: Sendable {
     public let sampleInterval: Duration
     /// How repeated similar stalls are reported (see "Back-off" above).
     public let backoff: Backoff
+    /// Whether reported stalls carry every thread's stack (``StallReport/allThreads``).
+    public let capturesAllThreads: Bool
 
     /// How repeated similar stalls are reported.
     public enum Backoff: Sendable, Hashable {
@@ -124,16 +126,18 @@ public final class StallMonitor: Sendable {
     ///     to 1 ms: a stack walk takes tens of microseconds, and sampling faster only loads a core).
     ///   - backoff: how repeated similar stalls are reported.
     ///   - store: where reports are written as they begin and end, if anywhere.
+    ///   - allThreads: whether a reported stall also carries every thread's stack, taken when it
+    ///     is first reported (``StallReport/allThreads``; see ``ThreadStack/captureAll(timeout:)``).
     ///   - logger: where reports are logged (label ``MonitorReporting/loggerLabel`` by default);
     ///     nil for none.
     public convenience init(
         loop: RunLoop, name: String? = nil, threshold: Duration = .milliseconds(250),
         sampleInterval: Duration = .milliseconds(50), backoff: Backoff = .standard, store: StallReportStore? = nil,
-        logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
+        allThreads: Bool = false, logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
         self.init(
             loops: [loop], threshold: threshold, sampleInterval: sampleInterval, backoff: backoff, store: store,
-            logger: logger)
+            allThreads: allThreads, logger: logger)
         if let name { shared.locked { $0.names[ObjectIdentifier(loop)] = name } }
     }
 
@@ -147,12 +151,15 @@ public final class StallMonitor: Sendable {
     ///     (shorter is raised to 1 ms).
     ///   - backoff: how repeated similar stalls are reported.
     ///   - store: where reports are written as they begin and end, if anywhere.
+    ///   - allThreads: whether a reported stall also carries every thread's stack (see
+    ///     ``StallReport/allThreads``).
     ///   - logger: where reports are logged; nil for none.
     public init(
         loops: [RunLoop], threshold: Duration = .milliseconds(250), sampleInterval: Duration = .milliseconds(50),
-        backoff: Backoff = .standard, store: StallReportStore? = nil,
+        backoff: Backoff = .standard, store: StallReportStore? = nil, allThreads: Bool = false,
         logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
+        self.capturesAllThreads = allThreads
         precondition(threshold > .zero, "StallMonitor: threshold must be positive (got \(threshold))")
         precondition(sampleInterval > .zero, "StallMonitor: sampleInterval must be positive (got \(sampleInterval))")
         // A year at most: an instant plus a larger duration would overflow.
@@ -242,6 +249,7 @@ public final class StallMonitor: Sendable {
             for item in batch {
                 var report = item.report
                 report.attribute(item.sampler.samples())
+                if let raw = report.rawAllThreads { report.allThreads = raw.map(ThreadStack.symbolicate) }
                 switch item.kind {
                 case .began: emit(.began(report))
                 case .ended: emit(.ended(report))
@@ -386,6 +394,8 @@ private final class Worker: @unchecked Sendable {
         var reported: Bool
         var suppressedSimilar: Int
         let signature: [UInt64]
+        /// Every thread's stack, taken when the stall was first reported (`allThreads`).
+        var allThreads: [ThreadStack.RawThreadSnapshot]? = nil
     }
 
     func run() {
@@ -470,6 +480,7 @@ private final class Worker: @unchecked Sendable {
             if !stall.reported, now - stall.busySince >= max(.seconds(2), monitor.threshold * 4) {
                 stall.reported = true  // a hang is never hidden by the back-off
                 backoff.reportedAfterAll(stall.signature)
+                if monitor.capturesAllThreads { stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout) }
                 monitor.enqueue(.began, report(stall, loop, now: now), stall.sampler)
             }
             watch.stall = stall
@@ -492,6 +503,9 @@ private final class Worker: @unchecked Sendable {
             lastCPU: ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) }, sampler: sampler,
             nextSample: now + monitor.sampleInterval, reported: decision.report,
             suppressedSimilar: decision.suppressedBefore, signature: signature)
+        if stall.reported && monitor.capturesAllThreads {
+            stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout)
+        }
         let first = report(stall, loop, now: now)
         monitor.countStall(first, suppressed: !decision.report)
         if stall.reported { monitor.enqueue(.began, first, stall.sampler) }
@@ -513,12 +527,14 @@ private final class Worker: @unchecked Sendable {
         let reading = ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) } ?? stall.lastCPU
         let cpu = reading.flatMap { reading in stall.cpuAtSeen.map { reading.0 - $0 } } ?? .zero
         let measuredOver = (reading?.1 ?? ContinuousClock.now) - stall.seenAt
-        return StallReport(
+        var report = StallReport(
             id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: loop.threadID, mode: stall.mode,
             phase: stall.phase, startedAt: stall.startedAt, duration: now - stall.busySince, threadCPUTime: cpu,
             cpuMeasuredOver: measuredOver, stacks: [], sampleCount: stall.sampler.sampleCount,
             endReason: reason, suppressedSimilar: stall.suppressedSimilar,
             captureError: stall.sampler.lastError?.description, loop: stall.loopName, item: stall.item)
+        report.rawAllThreads = stall.allThreads
+        return report
     }
 
     /// When the loop moved on, as the loop stamped it: the start of its sleep, or of the next

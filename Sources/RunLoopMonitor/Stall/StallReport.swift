@@ -115,6 +115,12 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// Whether ``StallMonitor/stop()`` ended the report before the loop moved on.
     public var isCutShort: Bool { endReason == .monitorStopped }
 
+    /// Every thread's stack, taken when the stall was first reported, for a monitor made with
+    /// `allThreads: true` (the seeds' `HCCCallStackTypeAll` dump); nil otherwise.
+    public var allThreads: [ThreadStack.ThreadSnapshot]?
+    /// The raw form of ``allThreads``, symbolicated by the monitor's reporting thread.
+    var rawAllThreads: [ThreadStack.RawThreadSnapshot]?
+
     /// How many distinct stacks ``stacks`` keeps (the most frequent); ``foldedStacks`` keeps all.
     public static let keptStacks = 8
 
@@ -161,7 +167,7 @@ public struct StallReport: Sendable, Codable, Hashable {
         case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
         case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
         case loop, item, stuckIn, foldedStacks
-        case bootID, processStartTime
+        case bootID, processStartTime, allThreads
     }
 
     /// Decodes the JSON form described above.
@@ -188,6 +194,7 @@ public struct StallReport: Sendable, Codable, Hashable {
         foldedStacks = try c.decodeIfPresent(String.self, forKey: .foldedStacks) ?? ""
         bootID = try c.decodeIfPresent(String.self, forKey: .bootID)
         processStartTime = try c.decodeIfPresent(UInt64.self, forKey: .processStartTime)
+        allThreads = try c.decodeIfPresent([ThreadStack.ThreadSnapshot].self, forKey: .allThreads)
     }
 
     /// Encodes the JSON form described above.
@@ -213,6 +220,7 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encodeIfPresent(stuckIn, forKey: .stuckIn)
         try c.encode(foldedStacks, forKey: .foldedStacks)
         try c.encodeIfPresent(bootID, forKey: .bootID)
+        try c.encodeIfPresent(allThreads, forKey: .allThreads)
         try c.encodeIfPresent(processStartTime, forKey: .processStartTime)
     }
 }
