@@ -9,7 +9,16 @@ import class RunLoopKit.RunLoop
 /// decoded one per idle iteration with `IdleTaskQueue`, none is dropped.
 struct IdleImageLoading: Experiment {
     let title = "Loading 100 images while frames run: all at once vs one per idle iteration"
-    let seed = "seeds 000, 001"
+    let seed = Seed.cite(0, 1)
+    let seedSays = """
+        Seeds 000/001 (ZXYRunloop): "每次Runloop循环就让它从数组里面去一个加载图片等任务出来执行" (each \
+        loop iteration takes one image-loading task from the array). ZXYRunloop's rules: a \
+        kCFRunLoopBeforeWaiting observer in kCFRunLoopDefaultMode at order NSIntegerMax - 999 runs \
+        tasks until one returns YES (one image per pass); an empty repeating NSTimer every 0.001 s \
+        keeps the loop turning; maxQueue = 20 drops the oldest task past 20 ("为了保证加载到图片最大数 \
+        是20"). DWURunLoopWorkDistribution (a 0.1 s keep-alive timer) is not in the seeds: it is an \
+        outside anchor.
+        """
     let summary = """
         A 16 ms repeating timer in the common modes stands for the screen's frames. At 50 ms, 100 \
         "images" that take 3 ms each to decode (a busy loop) are loaded twice, on fresh threads: \

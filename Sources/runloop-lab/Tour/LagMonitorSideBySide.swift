@@ -9,7 +9,17 @@ import class RunLoopKit.RunLoop
 /// same loop through the same three stalls.
 struct LagMonitorSideBySide: Experiment {
     let title = "Lag monitor: seed 001's semaphore watchdog beside StallMonitor"
-    let seed = "seed 001"
+    let seed = Seed.cite(0, 1, 4)
+    let seedSays = """
+        Seeds 000/001 (HCCMonitor): an all-activities observer stores the activity and signals a \
+        semaphore; a watchdog on a global queue waits on it — 3 s in the first listing \
+        (dispatch_time(DISPATCH_TIME_NOW, 3 * NSEC_PER_SEC)), 20 ms in the class \
+        (20*NSEC_PER_MSEC), where "出现三次出结果" (three in a row make a verdict) is commented out, \
+        so one timeout in beforeSources or afterWaiting says "monitor trigger", and the all-threads \
+        dump ([HCCCallStack callStackWithType:HCCCallStackTypeAll]) is commented out too. Seed 004: \
+        the same watchdog with "80毫秒为卡顿阈值" (80 ms is the stall threshold), one timeout. No seed \
+        uses 5 × 50 ms. StallMonitor is RunLoopKit's.
+        """
     let summary = """
         Seed 001's detector (an all-activities observer that stores the activity and signals a \
         semaphore; a watchdog that waits 50 ms at a time and declares a stall at the 5th timeout in \

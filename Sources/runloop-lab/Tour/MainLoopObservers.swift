@@ -9,7 +9,15 @@ import class RunLoopKit.RunLoop
 /// they run in during one iteration.
 struct MainLoopObservers: Experiment {
     let title = "The iOS main loop's observers: pool push, commit, pool pop"
-    let seed = "seeds 002, 003"
+    let seed = Seed.cite(2, 3)
+    let seedSays = """
+        Seed 002: the main loop's pool observers (_wrapRunLoopWithAutoReleasePoolHandler: push at \
+        entry, order -2147483647; pop and push at beforeWaiting, pop at exit, order 2147483647), \
+        _UIGestureRecognizerUpdateObserver at beforeWaiting, and Core Animation's \
+        _ZN2CA11Transaction17observer_callback at beforeWaiting and exit (no order given); seed 003 \
+        names the gesture observer too. From outside the seeds (iOS's main loop as dumped on a \
+        device): the orders 1999000 and 2000000 and the layout observer _beforeCACommitHandler.
+        """
     let summary = """
         A thread's loop gets what UIKit puts on the main loop: an IterationPool at UIKit's orders \
         (push at entry, -2147483647; drain at beforeWaiting and exit, 2147483647), a gesture \

@@ -7,7 +7,15 @@ import class RunLoopKit.RunLoop
 /// thread whose loop is never run does nothing.
 struct PerformAfterOnIdleThread: Experiment {
     let title = "perform(after:) on a thread whose loop never runs"
-    let seed = "seed 004"
+    let seed = Seed.cite(3, 4)
+    let seedSays = """
+        Seed 003: performSelector:afterDelay: "内部会创建一个Timer到当前线程的runloop中(如果当前线程没 \
+        runloop则方法无效...)" (makes a timer in the current thread's loop; without a running loop it \
+        does nothing) — right. Seed 004 states the rule for performSelector:onThread: — "其内部会 \
+        创建一个 Timer" (it makes a timer): that is mistaken; on Darwin it is a version-0 source, and \
+        RunLoopKit's perform(inModes:) is a performed item, not a timer, as shown below. Neither seed \
+        frames it with dispatch_async to a global queue; that framing is ours.
+        """
     let summary = """
         The seed's puzzle: inside dispatch_async to a global queue, performSelector:afterDelay:0 \
         never calls its selector. A delayed perform is a one-shot timer added to the calling \
