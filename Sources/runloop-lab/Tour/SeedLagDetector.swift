@@ -87,7 +87,13 @@ final class SeedLagDetector: Sendable {
         }
         self.observer.withLock { $0 = observer }
         loop.add(observer, forMode: .common)
-        DispatchQueue.global().async { [self] in watchdog() }
+        // The seeds start the watchdog with dispatch_async to a global queue. Each watchdog blocks
+        // a pool thread for good, and on Linux libdispatch adds pool threads slowly once its
+        // threads block: with several detectors the later watchdogs started 100 ms and more late
+        // and missed whole stalls. A thread of its own runs the seeds' logic with their timing.
+        let thread = Thread { [self] in watchdog() }
+        thread.name = "seed-watchdog"
+        thread.start()
     }
 
     /// The seed's `endMonitor`: removes the observer. In the seed the watchdog returns at its next
