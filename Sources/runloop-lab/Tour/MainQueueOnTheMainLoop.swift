@@ -38,7 +38,11 @@ struct MainQueueOnTheMainLoop: Experiment {
         let privateMode: RunLoop.Mode = "PrivateMode"
 
         trace.log("main:  DispatchQueue.main.async { A }; Task { @MainActor in B }")
-        DispatchQueue.main.async { trace.log("A:     ran (DispatchQueue.main block), mode \(Self.mode(loop))") }
+        // The phase tells how the loop served it: seed 002 says a Source0 ("sources0"); CF and
+        // RunLoopKit serve the main queue's port after the wait ("sources1").
+        DispatchQueue.main.async {
+            trace.log("A:     ran (DispatchQueue.main block), mode \(Self.mode(loop)), loop phase \(loop.phaseSnapshot.phase)")
+        }
         Task { @MainActor in trace.log("B:     ran (main-actor task), mode \(Self.mode(loop))") }
 
         loop.add(RunLoopTimer(after: .milliseconds(100)) { _ in trace.log("timer: fired in \(Self.mode(loop))") }, forMode: privateMode)
