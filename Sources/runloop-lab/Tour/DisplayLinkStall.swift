@@ -19,7 +19,7 @@ struct DisplayLinkStall: Experiment {
         """
     let summary = """
         CADisplayLink is a timer in step with the screen: a frame that takes too long makes the \
-        next ones be skipped (seed 003), which FPS counters such as YYFPSLabel and Matrix count. \
+        next ones be skipped (seed 003), which FPS counters such as YYFPSLabel and Matrix (outside anchors, not seeds) count. \
         Here a DisplayLink at 60 Hz (an absolute timerfd: no drift) drives a FrameRateMonitor with \
         250 ms windows. At 400 ms a timer callback stalls the loop for 100 ms; the next frame \
         reports the frames the timerfd expired meanwhile, and the window's FPS drops. Then the \

@@ -22,7 +22,8 @@ struct MainLoopObservers: Experiment {
         A thread's loop gets what UIKit puts on the main loop: an IterationPool at UIKit's orders \
         (push at entry, -2147483647; drain at beforeWaiting and exit, 2147483647), a gesture \
         observer at 0, a layout CommitCoalescer at 1999000 (_beforeCACommitHandler) and a display \
-        CommitCoalescer at 2000000 (CA::Transaction::observer_callback). The loop's description \
+        CommitCoalescer at 2000000 (CA::Transaction::observer_callback) — these two orders and \
+        _beforeCACommitHandler are iOS's, from outside the seeds. The loop's description \
         lists them like the seeds' `po [NSRunLoop mainRunLoop]`. Then a 10 ms timer plays a touch: \
         it marks a cell for layout, hands the pool a cell object and a deferred closure; the trace \
         shows who runs when in that iteration and at the run's exit.
