@@ -19,9 +19,9 @@ struct MainLoopDescription: Experiment {
         The seeds print the main loop in the debugger: common modes {UITrackingRunLoopMode, \
         kCFRunLoopDefaultMode}, the Source0 that handles the event queue, the Source1 ports of \
         the event fetch thread and the display, and the observers at their orders \
-        (_wrapRunLoopWithAutoreleasePoolHandler at -2147483647 and 2147483647, \
-        _beforeCACommitHandler at 1999000, CA::Transaction::observer_callback at 2000000, ...). \
-        Here RunLoop.main gets the same items, labelled with the iOS callouts they stand for, and \
+        (_wrapRunLoopWithAutoreleasePoolHandler at -2147483647 and 2147483647, ...; iOS's \
+        _beforeCACommitHandler at 1999000 and CA::Transaction::observer_callback at 2000000 come \
+        from outside the seeds, which give no order for them). Here RunLoop.main gets the same items, labelled with the iOS callouts they stand for, and \
         its description is printed; then the items are removed.
         """
 
