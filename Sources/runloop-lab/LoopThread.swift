@@ -99,3 +99,17 @@ final class SharedCounter: Sendable {
     /// Sets the counter back to zero.
     func reset() { value.store(0, ordering: .relaxed) }
 }
+
+/// A value one thread publishes for others (a loop item made on a loop thread, say).
+final class SharedSlot<Value: Sendable>: Sendable {
+    private let value = Mutex<Value?>(nil)
+
+    /// Creates an empty slot.
+    init() {}
+
+    /// The value, once published; nil before.
+    var current: Value? { value.withLock { $0 } }
+
+    /// Publishes `newValue`.
+    func set(_ newValue: Value) { value.withLock { $0 = newValue } }
+}

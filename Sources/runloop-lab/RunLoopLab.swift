@@ -52,7 +52,8 @@ struct TourCommand: ParsableCommand {
         for number in numbers {
             let experiment = Tour.all[number - 1]
             Out.heading(number, "\(experiment.title) (\(experiment.seed))")
-            Out.paragraph(experiment.summary)
+            Out.paragraph("The seed: " + experiment.seedSays)
+            Out.paragraph("Here: " + experiment.summary)
             try LabTrace.tracing(number: number, title: experiment.title, into: trace) { experiment.run() }
         }
         print("")
@@ -70,7 +71,8 @@ struct ListCommand: ParsableCommand {
     func run() {
         for (index, experiment) in Tour.all.enumerated() {
             print("\(index + 1). \(experiment.title) (\(experiment.seed))")
-            Out.paragraph(experiment.summary, indent: 3)
+            Out.paragraph("The seed: " + experiment.seedSays, indent: 3)
+            Out.paragraph("Here: " + experiment.summary, indent: 3)
         }
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import SharedTestSupport
 import Testing
 
-/// The lab's seed experiments 14-18 and `list`, run as a user runs them (`runloop-lab tour --only
+/// The lab's seed experiments 14-21 and `list`, run as a user runs them (`runloop-lab tour --only
 /// N`): each must show what its seed says. Real clocks: the checks are on what happened, with
 /// room (a GCD timer's 300 ms of tracking is asserted to give at least one fire, not six).
 @Suite("Lab experiments")
@@ -16,8 +16,10 @@ struct LabExperimentTests {
     @Test func listNamesTheSeedOfEveryExperiment() throws {
         let list = try runProbe("runloop-lab", ["list"])
         let entries = list.stdout.split(separator: "\n").filter { $0.first?.isNumber == true }
-        #expect(entries.count == 18)
-        #expect(entries.allSatisfy { $0.contains("(seed") })
+        #expect(entries.count == 21)
+        // Each names its seed article(s) by file name, e.g. `(seed 004_a8b090316d53f601.txt)`.
+        #expect(entries.allSatisfy { $0.contains("(seed") && $0.contains(".txt") })
+        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 21)
     }
 
     @Test func gcdTimerFiresWhileTrackingAndTheDefaultLoopTimerDoesNot() throws {
@@ -32,6 +34,8 @@ struct LabExperimentTests {
     @Test func performAfterNeedsTheLoopToRun() throws {
         let out = try tour(15)
         #expect(out.contains("summary: without a run the block never ran; with a run it ran"))
+        // Seed 004 says performSelector:onThread: makes a timer; it does not.
+        #expect(out.contains("perform on a thread added no timer and ran"))
     }
 
     @Test func eachTouchGoesFromThePortsSource1ToTheSource0() throws {
@@ -60,5 +64,37 @@ struct LabExperimentTests {
         #expect(parts[1].contains("flush: payment request sent"))
         #expect(parts[1].contains("grace period over; default action restored, signal re-raised"))
         #expect(parts[1].contains("killed by signal 11 (SIGSEGV)"))
+    }
+
+    @Test func wakeUpFromAnotherThreadEndsASleepWithReasonWakeUp() throws {
+        let out = try tour(19)
+        let summary = try #require(out.firstMatch(of: #/summary: (\d+) sleeps ended by \.wakeUp, (\d+) by \.timer; the run returned \.(\w+)/#))
+        #expect(Int(summary.output.1)! == 3)  // two bare wakeUp() calls, and the one after signal()
+        #expect(Int(summary.output.2)! == 1)
+        #expect(summary.output.3 == "handledSource")
+    }
+
+    @Test func aBackgroundTimerTicksWhileTheMainLoopTracksAndItsUIUpdatesWaitInAPrivateMode() throws {
+        let out = try tour(20)
+        let summary = try #require(
+            out.firstMatch(
+                of: #/ticks (\d+) / (\d+) / (\d+) / (\d+), UI updates (\d+) / (\d+) / (\d+) / (\d+), GCD calls (\d+) / (\d+) / (\d+) / (\d+)/#))
+        let o = summary.output
+        #expect(Int(o.2)! >= 1 && Int(o.3)! >= 1)  // the background timer ticks while tracking and in the private mode
+        #expect(Int(o.6)! >= 1)  // UI updates are applied while tracking (.tracking is common)
+        #expect(Int(o.7)! == 0)  // ...not in the private mode
+        #expect(Int(o.8)! >= Int(o.3)!)  // ...whose held updates the next .default run applies
+        #expect(Int(o.10)! >= 1)  // the main-queue GCD timer fires while tracking
+        #expect(Int(o.11)! == 0)  // ...and waits in the private mode
+        #expect(Int(o.12)! >= 1)
+    }
+
+    @Test func theSocketThreadHandsEachEventToTheLoadersSource0() throws {
+        let out = try tour(21)
+        let summary = try #require(
+            out.firstMatch(of: #/summary: (\d+) socket reads on CFSocket.private, (\d+) Source0 performs and (\d+) delegate calls, all on URLConnLoader/#))
+        #expect(Int(summary.output.3)! == 4)  // response, two data parts, finish
+        #expect(Int(summary.output.2)! >= 1)
+        #expect(!out.contains("the finish never arrived"))
     }
 }

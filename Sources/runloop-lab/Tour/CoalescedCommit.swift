@@ -9,7 +9,12 @@ import class RunLoopKit.RunLoop
 /// become one commit at `beforeWaiting`.
 struct CoalescedCommit: Experiment {
     let title = "ASDK-style commit: 1,000 layout requests, one commit"
-    let seed = "seed 002"
+    let seed = Seed.cite(2)
+    let seedSays = """
+        Seed 002: ASDK (Texture) moves layout and drawing to background threads and, like Core \
+        Animation, registers an observer at beforeWaiting and exit that commits the pending changes \
+        in one go. The 1,000 requests, the 100 nodes and the parent's follow-up layout are ours.
+        """
     let summary = """
         Texture (ASDK) lays nodes out off the main thread and applies the results in one \
         transaction, from a beforeWaiting | exit observer, so that a burst of changes costs one \

@@ -10,7 +10,15 @@ import class RunLoopKit.RunLoop
 /// thread's loop running in all its modes — opt-in and bounded, shown in child processes.
 struct CrashGuardExperiment: Experiment {
     let title = "Crash guard: the loop keeps running for a grace period after a fatal signal"
-    let seed = "seed 002"
+    let seed = Seed.cite(2)
+    let seedSays = """
+        Seed 002 (Crash 防护): after a crash is caught, run the current loop forever — while (1) \
+        { for each mode but kCFRunLoopCommonModes: CFRunLoopRunInMode(mode, 0.1, false) } — and \
+        names the costs: the crashed call never returns (a leak) and "会增加业务异常风险" (it adds \
+        business risk). Running it from a signal handler, with a deadline, is ours. The guard \
+        stays bounded and lab-only: seed 002's unbounded version is deliberately not offered, \
+        neither here nor in the libraries.
+        """
     let summary = """
         The seed's "Crash 防护": when a signal handler catches a crash, it runs the loop \
         (CFRunLoopRunInMode in every mode, 0.1 s at a time) instead of letting the app die. Here \

@@ -10,10 +10,16 @@ import class RunLoopKit.RunLoop
 /// window; a paused link does not wake the loop.
 struct DisplayLinkStall: Experiment {
     let title = "A display link, an FPS counter and a 100 ms stall"
-    let seed = "seeds 003, 004"
+    let seed = Seed.cite(3, 4)
+    let seedSays = """
+        Seed 003: "CADisplayLink 是一个和屏幕刷新率一致的定时器,如果在两次屏幕刷新之间执行了一个长任务, \
+        那其中就会有一帧被跳过去" (a display link is a timer in step with the screen; a long task \
+        between two refreshes makes a frame be skipped). Seed 004 shows CADisplayLink's use. The FPS \
+        counters YYFPSLabel and Matrix are outside anchors, named in no seed.
+        """
     let summary = """
         CADisplayLink is a timer in step with the screen: a frame that takes too long makes the \
-        next ones be skipped (seed 003), which FPS counters such as YYFPSLabel and Matrix count. \
+        next ones be skipped (seed 003), which FPS counters such as YYFPSLabel and Matrix (outside anchors, not seeds) count. \
         Here a DisplayLink at 60 Hz (an absolute timerfd: no drift) drives a FrameRateMonitor with \
         250 ms windows. At 400 ms a timer callback stalls the loop for 100 ms; the next frame \
         reports the frames the timerfd expired meanwhile, and the window's FPS drops. Then the \

@@ -10,7 +10,15 @@ import class RunLoopKit.RunLoop
 /// loop's own trace.
 struct EventPipeline: Experiment {
     let title = "A touch's way in: port (Source1) -> Source0 -> handler"
-    let seed = "seeds 002, 003"
+    let seed = Seed.cite(2, 3)
+    let seedSays = """
+        Seed 002: a touch is an IOHIDEvent SpringBoard sends to the app's mach port; the Source1 \
+        __IOHIDEventSystemClientQueueCallback queues it and signals a Source0 that wakes the main \
+        thread and delivers it; seed 003: "通过回调函数触发Sourece0(所以UIEvent实际上是基于Source0 \
+        的)" (the callback fires a Source0, so UIEvent is Source0-based), calling \
+        _UIApplicationHandleEventQueue. The Source0's name __handleEventQueue is iOS 9+'s, from \
+        outside the seeds.
+        """
     let summary = """
         On iOS, IOKit turns a touch into an IOHIDEvent that SpringBoard sends to the app's mach \
         port; the port's Source1 (__IOHIDEventSystemClientQueueCallback) only queues it and \

@@ -7,7 +7,13 @@ import Synchronization
 /// core busy and says what it is running.
 struct HotThread: Experiment {
     let title = "CPU monitor: a thread spinning on a core, found and caught in the act"
-    let seed = "seed 001"
+    let seed = Seed.cite(0, 1)
+    let seedSays = """
+        Seeds 000/001 (HCCMonitor's updateCPUInfo): an NSTimer every 3 s walks task_threads; a thread \
+        whose thread_basic_info cpu_usage / 10 is above 70 ("cup 消耗大于 70 时打印和记录堆栈": \
+        above 70, print and record the stack) gets its stack logged. The windows and the \
+        three-window rule are CPUMonitor's, not the seed's.
+        """
     let summary = """
         Seed 001 also reads every thread's CPU every 3 s (thread_info's cpu_usage above 70 % logs \
         the thread's stack). Here a thread 'spinner' hashes in spinComputingHashes() until it is \

@@ -8,7 +8,14 @@ import class RunLoopKit.RunLoop
 /// task to ``PermanentThread``.
 struct KeepAliveThreads: Experiment {
     let title = "Thread keep-alive: from a thread that dies to PermanentThread"
-    let seed = "seeds 000, 002"
+    let seed = Seed.cite(0, 2, 4)
+    let seedSays = """
+        Seed 004: "一个线程一次只能执行一次任务,当任务执行完毕后,该线程就退出并被销毁" (a thread runs one \
+        task, then exits); seed 002's keep-alive thread adds an NSMachPort and calls [[NSRunLoop \
+        currentRunLoop] run], and its stoppable version uses a flag with runMode:beforeDate:; \
+        seed 000 shows AFNetworking's thread. PermanentThread (ordered tasks, a synchronous form, a \
+        joining stop) is RunLoopKit's.
+        """
     let summary = """
         A thread ends when its body returns, and its loop with it. Kept alive by a port, the loop \
         lives on, but under run(until: .distantFuture) no stop() can end it; the seeds' fix is a \

@@ -5,21 +5,34 @@ import Synchronization
 
 import class RunLoopKit.RunLoop
 
-/// Experiment (seed 001, 监控卡顿): the seed's semaphore watchdog and ``StallMonitor`` watch the
-/// same loop through the same three stalls.
+/// Experiment 8 (seeds 000/001 and 004, 监控卡顿): the seeds' semaphore watchdogs, with each
+/// seed's own wait and count, and ``StallMonitor`` watch the same loops through the same stalls.
 struct LagMonitorSideBySide: Experiment {
-    let title = "Lag monitor: seed 001's semaphore watchdog beside StallMonitor"
-    let seed = "seed 001"
+    let title = "Lag monitor: the seeds' semaphore watchdogs, as written, beside StallMonitor"
+    let seed = Seed.cite(0, 1, 4)
+    let seedSays = """
+        Seeds 000/001 (HCCMonitor): an all-activities observer stores the activity and signals a \
+        semaphore; a watchdog on a global queue waits on it — 3 s in the first listing \
+        (dispatch_time(DISPATCH_TIME_NOW, 3 * NSEC_PER_SEC)), 20 ms in the class \
+        (20*NSEC_PER_MSEC), where "出现三次出结果" (three in a row make a verdict) is commented out, \
+        so one timeout in beforeSources or afterWaiting says "monitor trigger", and the all-threads \
+        dump ([HCCCallStack callStackWithType:HCCCallStackTypeAll]) is commented out too. Seed 004: \
+        the same watchdog with "80毫秒为卡顿阈值" (80 ms is the stall threshold), one timeout. No seed \
+        uses 5 × 50 ms. StallMonitor is RunLoopKit's.
+        """
     let summary = """
-        Seed 001's detector (an all-activities observer that stores the activity and signals a \
-        semaphore; a watchdog that waits 50 ms at a time and declares a stall at the 5th timeout in \
-        a row in beforeSources or afterWaiting) and a StallMonitor (threshold 200 ms, a stack every \
-        25 ms) watch a PermanentThread 'ui-loop' through two 400 ms stalls, a busy timer callback \
-        and a blocking task; then both watch the main loop through a slow DispatchQueue.main block; \
-        last, a task blocked in one 400 ms usleep, which the monitor must not cut short. \
-        Each stall's .ended is awaited before the next. The seed's verdict is a yes or no and an \
-        activity; the monitor's report names the function, the phase, the CPU used and the stacks; \
-        the stalled thread's own schedstat is the truth to compare with.
+        The seeds' detector (an all-activities observer that stores the activity and signals a \
+        semaphore; a watchdog that declares a stall when a wait times out in beforeSources or \
+        afterWaiting) runs with each seed's values: HCCMonitor's 20 ms × 1 and seed 004's 80 ms × 1 \
+        beside a StallMonitor (threshold 200 ms, a stack every 25 ms). They watch a \
+        PermanentThread 'ui-loop' through 400 ms stalls (a busy timer callback, a blocking task), \
+        the main loop through a slow DispatchQueue.main block, and a task blocked in one 400 ms \
+        usleep, which the monitor must not cut short. Seeds 000/001's first listing waits 3 s: it \
+        cannot see a 400 ms stall, so it runs once, on a 3.2 s blocked task (e), which makes this \
+        experiment about 4 s longer. Each stall's .ended is awaited before the next. The seeds' \
+        verdict is a yes or no and an activity, repeated at every timeout while the stall lasts; \
+        the monitor's report names the function, the phase, the CPU used and the stacks; the \
+        stalled thread's own schedstat is the truth to compare with.
         """
 
     /// How long each stall lasts.
@@ -43,7 +56,8 @@ struct LagMonitorSideBySide: Experiment {
         let end: ThreadMark.Reading?
         let began: Delivered?
         let ended: Delivered?
-        let counted: [SeedLagDetector.CountedTimeout]
+        /// Each seed detector's configuration and the timeouts it counted during the stall.
+        let counted: [(SeedLagDetector.Configuration, [SeedLagDetector.CountedTimeout])]
         let unexpected: [Delivered]
 
         /// `instant` as a time since the stall started.
@@ -53,8 +67,9 @@ struct LagMonitorSideBySide: Experiment {
     func run() {
         let worker = PermanentThread(name: "ui-loop")
         LabTrace.recordIfTracing(worker.loop)
-        let seedOnWorker = SeedLagDetector()
-        seedOnWorker.begin(on: worker.loop)
+        let dump = AllThreadsDump()
+        let seedOnWorker = [SeedLagDetector(.hccMonitor, onStall: dump.atTrigger), SeedLagDetector(.seed004)]
+        for detector in seedOnWorker { detector.begin(on: worker.loop) }
         let inbox = EventInbox<Delivered>()
         // The main loop serves DispatchQueue.main only on the main thread (the tour runs there).
         let main = Thread.isMainThread && RunLoop.main.servesMainDispatchQueue ? RunLoop.main : nil
@@ -73,8 +88,8 @@ struct LagMonitorSideBySide: Experiment {
             "StallMonitor(loops: [ui-loop\(main == nil ? "" : ", main")], threshold: \(Trace.literal(Self.threshold)), "
                 + "sampleInterval: \(Trace.literal(Self.sampleInterval))).start")
         Out.line(
-            "the seed's detector beside it on each loop: observer + semaphore + watchdog, "
-                + "\(SeedLagDetector.timeoutsForStall) timeouts of \(Trace.literal(SeedLagDetector.wait))")
+            "the seeds' detectors beside it on each loop: observer + semaphore + watchdog, "
+                + seedOnWorker.map { "\($0.configuration.name) \($0.configuration.shortDescription)" }.joined(separator: ", "))
 
         var outcomes: [Outcome] = []
 
@@ -103,8 +118,8 @@ struct LagMonitorSideBySide: Experiment {
 
         // (c) The main queue, served by the main loop (as in the main-queue experiment).
         if let main {
-            let seedOnMain = SeedLagDetector()
-            seedOnMain.begin(on: main)
+            let seedOnMain = [SeedLagDetector(.hccMonitor), SeedLagDetector(.seed004)]
+            for detector in seedOnMain { detector.begin(on: main) }
             outcomes.append(
                 stall(
                     "(c) layoutAllCells(): a DispatchQueue.main block on the main loop, 5 ms computing, 5 ms asleep, 400 ms",
@@ -122,7 +137,7 @@ struct LagMonitorSideBySide: Experiment {
                         _ = main.run(mode: .default, for: .seconds(1), returnAfterSourceHandled: true)
                     }
                 })
-            seedOnMain.end()
+            for detector in seedOnMain { detector.end() }
         } else {
             // Not on the main thread (or no main-queue handle): the same work as a performed block.
             outcomes.append(
@@ -153,11 +168,29 @@ struct LagMonitorSideBySide: Experiment {
                 }
             })
 
+        // (e) Seeds 000/001's first listing waits 3 s: only a stall longer than that shows it, so it
+        // is watched once, on a task blocked for 3.2 s (nanosleep steps, like (b)).
+        let firstListing = SeedLagDetector(.firstListing)
+        firstListing.begin(on: worker.loop)
+        outcomes.append(
+            stall("(e) waitForSlowServer(): a task blocked for 3.2 s on 'ui-loop'", inbox, seedOnWorker + [firstListing]) {
+                start, end in
+                try? worker.execute {
+                    start.mark()
+                    waitForSlowServer()
+                    end.mark()
+                }
+            })
+        firstListing.end()
+
         monitor.stop()
-        seedOnWorker.end()
+        for detector in seedOnWorker { detector.end() }
         worker.stop()
 
-        for outcome in outcomes { Self.print(outcome) }
+        for (index, outcome) in outcomes.enumerated() {
+            Self.print(outcome)
+            if index == 0 { Self.print(dump) }
+        }
         if let (result, error, took) = slept.withLock({ $0 }) {
             Out.line(
                 "(d) usleep(400 ms) returned \(result)\(result == 0 ? "" : " (errno \(error))") after \(Trace.ms(took)): "
@@ -175,7 +208,7 @@ struct LagMonitorSideBySide: Experiment {
         let directory = LabTrace.directory.map { URL(filePath: $0) } ?? FileManager.default.temporaryDirectory
         for (index, outcome) in outcomes.enumerated() {
             guard case .ended(let report) = outcome.ended?.event, !report.foldedStacks.isEmpty else { continue }
-            let letter = ["a", "b", "c", "d"][min(index, 3)]
+            let letter = ["a", "b", "c", "d", "e"][min(index, 4)]
             let file = directory.appending(path: "stall-\(letter)-flamegraph.html")
             do {
                 try FlameGraphPage.html(for: report).write(to: file, atomically: true, encoding: .utf8)
@@ -189,12 +222,12 @@ struct LagMonitorSideBySide: Experiment {
     /// Starts one stall with `trigger`, waits for the monitor's `.began` and `.ended`, then for the
     /// seed's watchdog to finish its round, and collects what both saw.
     private func stall(
-        _ label: String, _ inbox: EventInbox<Delivered>, _ seed: SeedLagDetector,
+        _ label: String, _ inbox: EventInbox<Delivered>, _ seeds: [SeedLagDetector],
         trigger: (ThreadMark, ThreadMark) -> Void
     ) -> Outcome {
         let start = ThreadMark()
         let end = ThreadMark()
-        _ = seed.takeCounted()
+        for seed in seeds { _ = seed.takeCounted() }
         trigger(start, end)
         var unexpected: [Delivered] = []
         let began = inbox.next(timeout: Self.patience, skipped: &unexpected) {
@@ -205,10 +238,20 @@ struct LagMonitorSideBySide: Experiment {
                 if case .ended(let report) = $0.event { report.id == began.event.report.id } else { false }
             }
         }
-        seed.sync()
+        for seed in seeds { seed.sync() }
         return Outcome(
             label: label, start: start.reading, end: end.reading, began: began, ended: ended,
-            counted: seed.takeCounted(), unexpected: unexpected)
+            counted: seeds.map { ($0.configuration, $0.takeCounted()) }, unexpected: unexpected)
+    }
+
+    /// Prints the all-threads dump taken at the seeds' first trigger (after stall (a)).
+    private static func print(_ dump: AllThreadsDump) {
+        guard let lines = dump.captured else {
+            Out.line("all threads' stacks at the first \"monitor trigger\" (the seeds' HCCCallStackTypeAll): not captured here yet")
+            return
+        }
+        Out.line("all threads' stacks at the first \"monitor trigger\" (the seeds' HCCCallStackTypeAll):")
+        for line in lines { Out.line("  \(line)") }
     }
 
     private static func print(_ outcome: Outcome) {
@@ -220,20 +263,20 @@ struct LagMonitorSideBySide: Experiment {
                     + "\(Trace.ms(split.waiting)) waiting for one, \(Trace.ms(split.blocked)) blocked)")
         }
 
-        // The seed's verdict.
-        let declared = outcome.counted.filter(\.declaredStall)
-        let activities = Set(outcome.counted.map { Self.name($0.activity) }).sorted().joined(separator: ", ")
-        if declared.isEmpty {
-            Out.line(
-                "seed 001:     no stall declared (\(outcome.counted.count) timeout(s) counted"
-                    + "\(activities.isEmpty ? "" : " in \(activities)"))")
-        } else {
-            let verdicts = declared.map {
-                "at timeout #\($0.count) (\(Self.name($0.activity))), \(outcome.since($0.at)) in"
+        // The seeds' verdicts: one line per detector.
+        for (configuration, counted) in outcome.counted {
+            let name = "\(configuration.name) (\(configuration.shortDescription)):".padding(
+                toLength: 44, withPad: " ", startingAt: 0)
+            let declared = counted.filter(\.declaredStall)
+            let activities = Set(counted.map { Self.name($0.activity) }).sorted().joined(separator: ", ")
+            if declared.isEmpty {
+                Out.line("\(name) no stall declared (\(counted.count) timeout(s) counted\(activities.isEmpty ? "" : " in \(activities)"))")
+            } else {
+                let first = declared[0]
+                Out.line(
+                    "\(name) \"monitor trigger\" \(declared.count == 1 ? "once" : "\(declared.count) times"), "
+                        + "first \(outcome.since(first.at)) in (\(Self.name(first.activity)))")
             }
-            Out.line(
-                "seed 001:     stall declared \(verdicts.joined(separator: "; ")); "
-                    + "\(outcome.counted.count) timeouts counted")
         }
 
         // The monitor's reports.
@@ -269,16 +312,25 @@ struct LagMonitorSideBySide: Experiment {
     }
 
     private func conclude(_ outcomes: [Outcome]) {
-        let seedDeclared = outcomes.filter { $0.counted.contains(where: \.declaredStall) }.count
-        let seedActivities = Set(outcomes.flatMap { $0.counted.filter(\.declaredStall).map { Self.name($0.activity) } })
+        // Per seed configuration: how many of the stalls it watched it declared.
+        var verdicts: [String] = []
+        for configuration in [SeedLagDetector.Configuration.hccMonitor, .seed004, .firstListing] {
+            let watched = outcomes.filter { $0.counted.contains { $0.0.name == configuration.name } }
+            let declared = watched.filter { outcome in
+                outcome.counted.contains { $0.0.name == configuration.name && $0.1.contains(where: \.declaredStall) }
+            }
+            verdicts.append("\(configuration.name) (\(configuration.shortDescription)) \(declared.count) of \(watched.count)")
+        }
         let reports = outcomes.compactMap { outcome -> StallReport? in
             if case .ended(let report) = outcome.ended?.event { report } else { nil }
         }
         let details = reports.map { "\($0.stuckIn ?? "?") in \($0.phase) at \(Self.percent($0.cpuRatio)) CPU" }
         var text =
-            "the seed declared \(seedDeclared) of \(outcomes.count) stalls, each as nothing but \"stalled in "
-            + "\(seedActivities.sorted().joined(separator: "/"))\"; StallMonitor reported \(reports.count) of "
-            + "\(outcomes.count), with where and how: \(details.joined(separator: "; "))."
+            "the seeds' detectors declared \(verdicts.joined(separator: ", ")) stalls, each as nothing but "
+            + "\"monitor trigger\" and an activity, again at every timeout while it lasts (with one timeout "
+            + "to a verdict, the short waits also fire on any pass longer than the wait); StallMonitor "
+            + "reported \(reports.count) of \(outcomes.count), once each, with where and how: "
+            + "\(details.joined(separator: "; "))."
         let lateness = outcomes.compactMap { outcome -> Duration? in
             guard let began = outcome.began, let start = outcome.start, case .began(let report) = began.event else {
                 return nil
@@ -398,4 +450,38 @@ func layoutAllCells() {
         nanosleep(&step, nil)
     }
     sink.store(hash, ordering: .relaxed)
+}
+
+/// Stall (e): a task blocked for 3.2 s (a request to a slow server), long enough for seeds 000/001's
+/// first listing, whose watchdog waits 3 s.
+@inline(never)
+func waitForSlowServer() {
+    let end = monotonicNanoseconds &+ 3_200_000_000
+    var step = timespec(tv_sec: 0, tv_nsec: 10_000_000)
+    while monotonicNanoseconds < end {
+        nanosleep(&step, nil)
+    }
+}
+
+// MARK: The seeds' all-threads dump
+
+/// What the seeds do at a trigger: `[HCCCallStack callStackWithType:HCCCallStackTypeAll]`, every
+/// thread's stack (seeds 000/001; the call is commented out there). Kept for the first trigger only.
+final class AllThreadsDump: Sendable {
+    private let lines = Mutex<[String]?>(nil)
+    private let triggered = Atomic<Bool>(false)
+
+    /// The detector's `onStall`: captures every thread's stack at the first trigger.
+    @Sendable func atTrigger(_ timeout: SeedLagDetector.CountedTimeout) {
+        guard !triggered.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let captured = Self.captureAllThreads()
+        lines.withLock { $0 = captured }
+    }
+
+    /// The dump, if one was taken.
+    var captured: [String]? { lines.withLock { $0 } }
+
+    // ALL-THREADS STACK DUMP: wire ThreadStack.captureAll() (RunLoopMonitor) in here, one line per
+    // thread (id, name) followed by its frames; until then nothing is captured.
+    static func captureAllThreads() -> [String]? { nil }
 }

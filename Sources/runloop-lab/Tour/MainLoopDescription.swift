@@ -8,14 +8,20 @@ import class RunLoopKit.RunLoop
 /// set up with what UIKit puts there.
 struct MainLoopDescription: Experiment {
     let title = "po RunLoop.main: the main loop's modes, common modes, sources, timers and observers"
-    let seed = "seeds 002, 003"
+    let seed = Seed.cite(2, 3)
+    let seedSays = """
+        Seeds 002/003 print the main loop (po [NSRunLoop mainRunLoop] / NSLog of [NSRunLoop \
+        currentRunLoop]): common modes, the event queue's Source0, the Source1 ports, and the pool, \
+        gesture and Core Animation observers (seed 002 gives the pool's orders ±2147483647). The \
+        orders 1999000 and 2000000 and _beforeCACommitHandler are iOS's, from outside the seeds.
+        """
     let summary = """
         The seeds print the main loop in the debugger: common modes {UITrackingRunLoopMode, \
         kCFRunLoopDefaultMode}, the Source0 that handles the event queue, the Source1 ports of \
         the event fetch thread and the display, and the observers at their orders \
-        (_wrapRunLoopWithAutoreleasePoolHandler at -2147483647 and 2147483647, \
-        _beforeCACommitHandler at 1999000, CA::Transaction::observer_callback at 2000000, ...). \
-        Here RunLoop.main gets the same items, labelled with the iOS callouts they stand for, and \
+        (_wrapRunLoopWithAutoreleasePoolHandler at -2147483647 and 2147483647, ...; iOS's \
+        _beforeCACommitHandler at 1999000 and CA::Transaction::observer_callback at 2000000 come \
+        from outside the seeds, which give no order for them). Here RunLoop.main gets the same items, labelled with the iOS callouts they stand for, and \
         its description is printed; then the items are removed.
         """
 

@@ -9,12 +9,21 @@ import class RunLoopKit.RunLoop
 /// they run in during one iteration.
 struct MainLoopObservers: Experiment {
     let title = "The iOS main loop's observers: pool push, commit, pool pop"
-    let seed = "seeds 002, 003"
+    let seed = Seed.cite(2, 3)
+    let seedSays = """
+        Seed 002: the main loop's pool observers (_wrapRunLoopWithAutoReleasePoolHandler: push at \
+        entry, order -2147483647; pop and push at beforeWaiting, pop at exit, order 2147483647), \
+        _UIGestureRecognizerUpdateObserver at beforeWaiting, and Core Animation's \
+        _ZN2CA11Transaction17observer_callback at beforeWaiting and exit (no order given); seed 003 \
+        names the gesture observer too. From outside the seeds (iOS's main loop as dumped on a \
+        device): the orders 1999000 and 2000000 and the layout observer _beforeCACommitHandler.
+        """
     let summary = """
         A thread's loop gets what UIKit puts on the main loop: an IterationPool at UIKit's orders \
         (push at entry, -2147483647; drain at beforeWaiting and exit, 2147483647), a gesture \
         observer at 0, a layout CommitCoalescer at 1999000 (_beforeCACommitHandler) and a display \
-        CommitCoalescer at 2000000 (CA::Transaction::observer_callback). The loop's description \
+        CommitCoalescer at 2000000 (CA::Transaction::observer_callback) — these two orders and \
+        _beforeCACommitHandler are iOS's, from outside the seeds. The loop's description \
         lists them like the seeds' `po [NSRunLoop mainRunLoop]`. Then a 10 ms timer plays a touch: \
         it marks a cell for layout, hands the pool a cell object and a deferred closure; the trace \
         shows who runs when in that iteration and at the run's exit.

@@ -7,7 +7,16 @@ import class RunLoopKit.RunLoop
 /// serves `DispatchQueue.main` and `@MainActor` work in its common modes only.
 struct MainQueueOnTheMainLoop: Experiment {
     let title = "DispatchQueue.main is served by the main loop, in common modes only"
-    let seed = "seed 000"
+    let seed = Seed.cite(0, 2, 3)
+    let seedSays = """
+        Seed 003: "当调用 dispatch_async(dispatch_get_main_queue(), block) 时,libDispatch 会向主线程的 \
+        RunLoop 发送消息,RunLoop会被唤醒" (libdispatch sends the main thread's loop a message and \
+        wakes it) — right; seed 002 quotes CF's __CFRunLoopRun, which watches the main queue's port \
+        only in common modes. Seed 002 also says "dispatch_async到主线程的任务最终封装为Source0" (a \
+        block dispatched to the main thread ends up as a Source0): that is mistaken — the main \
+        queue is served through its port, CF's version-1 path, and the block runs in the loop's \
+        sources1 phase, as the trace shows. The private mode, @MainActor and asyncAfter are ours.
+        """
     let summary = """
         On the main thread, a block goes to DispatchQueue.main and a task to the main actor. \
         The main loop first runs in a private mode whose only item is a 100 ms timer: the work \
@@ -29,7 +38,11 @@ struct MainQueueOnTheMainLoop: Experiment {
         let privateMode: RunLoop.Mode = "PrivateMode"
 
         trace.log("main:  DispatchQueue.main.async { A }; Task { @MainActor in B }")
-        DispatchQueue.main.async { trace.log("A:     ran (DispatchQueue.main block), mode \(Self.mode(loop))") }
+        // The phase tells how the loop served it: seed 002 says a Source0 ("sources0"); CF and
+        // RunLoopKit serve the main queue's port after the wait ("sources1").
+        DispatchQueue.main.async {
+            trace.log("A:     ran (DispatchQueue.main block), mode \(Self.mode(loop)), loop phase \(loop.phaseSnapshot.phase)")
+        }
         Task { @MainActor in trace.log("B:     ran (main-actor task), mode \(Self.mode(loop))") }
 
         loop.add(RunLoopTimer(after: .milliseconds(100)) { _ in trace.log("timer: fired in \(Self.mode(loop))") }, forMode: privateMode)

@@ -9,7 +9,14 @@ import class RunLoopKit.RunLoop
 /// sockets are `FileDescriptorSource`s on that one loop.
 struct NetworkThread: Experiment {
     let title = "The network thread: a TCP echo server on one keep-alive loop"
-    let seed = "seeds 000, 001"
+    let seed = Seed.cite(0, 1)
+    let seedSays = """
+        Seeds 000/001 (拓展: AFNetworking): AFNetworking makes one thread named "AFNetworking", adds \
+        an NSMachPort to its loop and runs it, so that NSURLConnection's delegate callbacks arrive \
+        on that background thread; work reaches it through performSelector:onThread:. The TCP echo \
+        server, its clients and their sizes are ours (NSURLConnection's own two threads are \
+        experiment 21).
+        """
     let summary = """
         AFNetworking keeps one thread alive with a run loop and does its socket I/O there. Here that \
         thread's loop watches a listening socket and every client socket as FileDescriptorSources \

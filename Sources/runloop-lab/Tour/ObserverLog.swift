@@ -7,7 +7,14 @@ import class RunLoopKit.RunLoop
 /// timer wakes up, like the seed's "RunLoop 大哥要处理 Timer 了 ..." log.
 struct ObserverLog: Experiment {
     let title = "Observer log of a loop woken by a repeating timer"
-    let seed = "seed 002"
+    let seed = Seed.cite(2)
+    let seedSays = """
+        Seed 002 adds a kCFRunLoopAllActivities observer that logs each activity ("RunLoop 大哥要处理 \
+        Timer 了", "RunLoop 大哥没事干要睡觉了": about to process timers; nothing to do, going to sleep) \
+        and a timer to wake the loop: a 5 s repeating NSTimer on the main thread, a 2 s one-shot on \
+        a sub-thread whose loop it runs with [[NSRunLoop currentRunLoop] run]. The 100 ms interval \
+        and the 350 ms run are ours, to keep the tour short.
+        """
     let summary = """
         A thread adds an all-activities observer and a 100 ms repeating timer (the seed's is 5 s) \
         to its loop and runs it in .default for 350 ms. Each pass announces timers and sources, \

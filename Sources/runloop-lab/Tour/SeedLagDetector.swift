@@ -4,22 +4,42 @@ import Synchronization
 
 import class RunLoopKit.RunLoop
 
-/// Seed 001's 卡顿 detector (HCCMonitor), on RunLoopKit, for the lag-monitor experiment: an
-/// observer of every activity stores the activity and signals a semaphore; a watchdog on a global
-/// queue waits on the semaphore 50 ms at a time, and a wait that times out while the activity is
-/// beforeSources or afterWaiting counts one; the 5th in a row is a stall ("monitor trigger", where
-/// the seed would dump the stacks). As in the seed, every other round (a signal, or a timeout in
-/// another activity) and the round that declares set the count back to zero.
+/// The seeds' 卡顿 detector, on RunLoopKit, for the lag-monitor experiment: an observer of every
+/// activity stores the activity and signals a semaphore; a watchdog on a global queue waits on the
+/// semaphore ``wait`` at a time, and a wait that times out while the activity is beforeSources or
+/// afterWaiting counts one; the ``Configuration/timeoutsForStall``-th in a row is a stall ("monitor trigger",
+/// where the seed would dump the stacks). As in the seeds, every other round (a signal, or a
+/// timeout in another activity) and the round that declares set the count back to zero.
 ///
-/// The seed's article shows the count commented out (`if (++timeoutCount < 3) continue;`) and a
-/// 20 ms wait; the 5 × 50 ms form is the one usually quoted, and the one run here. The seed keeps
-/// the activity in a plain ivar written on the main thread and read on the watchdog's; here it is
-/// an atomic (Swift 6 rejects the race).
+/// The wait and the count are parameters because the seeds differ: seeds 000/001's first listing
+/// waits 3 s, their HCCMonitor class 20 ms (its "three in a row" check is commented out, so one
+/// timeout declares), seed 004 waits 80 ms (one timeout declares). See ``Configuration``. The seeds
+/// keep the activity in a plain ivar written on the main thread and read on the watchdog's; here
+/// it is an atomic (Swift 6 rejects the race).
 final class SeedLagDetector: Sendable {
-    /// The watchdog's wait (the seed's `dispatch_time(DISPATCH_TIME_NOW, 50 * NSEC_PER_MSEC)`).
-    static let wait = Duration.milliseconds(50)
-    /// Timeouts in a row that make a stall.
-    static let timeoutsForStall = 5
+    /// One seed's values.
+    struct Configuration: Sendable {
+        /// Who uses these values, for the trace (`seed 004`).
+        let name: String
+        /// The watchdog's wait (`dispatch_semaphore_wait(..., dispatch_time(DISPATCH_TIME_NOW, wait))`).
+        let wait: Duration
+        /// Timeouts in a row that make a stall.
+        let timeoutsForStall: Int
+
+        /// Seeds 000/001's HCCMonitor class: `20*NSEC_PER_MSEC`, the `++timeoutCount < 3` check
+        /// commented out, so one timeout declares.
+        static let hccMonitor = Configuration(name: "seeds 000/001 HCCMonitor", wait: .milliseconds(20), timeoutsForStall: 1)
+        /// Seed 004: `80 * NSEC_PER_MSEC` ("80毫秒为卡顿阈值"), no count: one timeout declares.
+        static let seed004 = Configuration(name: "seed 004", wait: .milliseconds(80), timeoutsForStall: 1)
+        /// Seeds 000/001's first listing: `3 * NSEC_PER_SEC`, no count: one timeout declares.
+        static let firstListing = Configuration(name: "seeds 000/001 first listing", wait: .seconds(3), timeoutsForStall: 1)
+
+        /// `20 ms × 1`.
+        var shortDescription: String {
+            let ms = wait / .milliseconds(1)
+            return (ms >= 1000 ? "\(Int(ms / 1000)) s" : "\(Int(ms)) ms") + " × \(timeoutsForStall)"
+        }
+    }
 
     /// A timeout counted by the watchdog (one in beforeSources or afterWaiting).
     struct CountedTimeout: Sendable {
@@ -29,8 +49,21 @@ final class SeedLagDetector: Sendable {
         let activity: RunLoop.Activity
         /// When the wait timed out.
         let at: ContinuousClock.Instant
-        /// Whether this timeout declared a stall (the count reached ``timeoutsForStall``).
-        var declaredStall: Bool { count >= SeedLagDetector.timeoutsForStall }
+        /// Whether this timeout declared a stall (the count reached the configuration's).
+        let declaredStall: Bool
+    }
+
+    /// The seed's values this detector runs with.
+    let configuration: Configuration
+    /// Called on the watchdog's thread when a stall is declared: where the seeds dump every
+    /// thread's stack (`[HCCCallStack callStackWithType:HCCCallStackTypeAll]`, itself commented out
+    /// in seeds 000/001).
+    private let onStall: (@Sendable (CountedTimeout) -> Void)?
+
+    /// A detector with `configuration`'s wait and count; `onStall` runs at each declared stall.
+    init(_ configuration: Configuration, onStall: (@Sendable (CountedTimeout) -> Void)? = nil) {
+        self.configuration = configuration
+        self.onStall = onStall
     }
 
     /// The seed's `dispatchSemaphore`.
@@ -54,16 +87,24 @@ final class SeedLagDetector: Sendable {
         }
         self.observer.withLock { $0 = observer }
         loop.add(observer, forMode: .common)
-        DispatchQueue.global().async { [self] in watchdog() }
+        // The seeds start the watchdog with dispatch_async to a global queue. Each watchdog blocks
+        // a pool thread for good, and on Linux libdispatch adds pool threads slowly once its
+        // threads block: with several detectors the later watchdogs started 100 ms and more late
+        // and missed whole stalls. A thread of its own runs the seeds' logic with their timing.
+        let thread = Thread { [self] in watchdog() }
+        thread.name = "seed-watchdog"
+        thread.start()
     }
 
-    /// The seed's `endMonitor`: removes the observer; the watchdog returns at its next timeout.
-    /// Waits for it.
+    /// The seed's `endMonitor`: removes the observer. In the seed the watchdog returns at its next
+    /// timeout; here a signal wakes it at once (with a 3 s wait, the tour would wait 3 s more),
+    /// and this call waits for it to return.
     func end() {
         observer.withLock { observer in
             observer?.invalidate()
             observer = nil
         }
+        semaphore.signal()
         finished.wait()
     }
 
@@ -71,6 +112,9 @@ final class SeedLagDetector: Sendable {
     /// timeout of a stall that ended before this call is in ``takeCounted()``.
     func sync() {
         syncRequested.store(true, ordering: .releasing)
+        // Wakes a watchdog in a long wait (3 s): the stall is over, so the extra round it counts as
+        // activity changes no verdict.
+        semaphore.signal()
         synced.wait()
     }
 
@@ -87,18 +131,22 @@ final class SeedLagDetector: Sendable {
         var timeoutCount = 0
         while true {
             if syncRequested.exchange(false, ordering: .acquiringAndReleasing) { synced.signal() }
-            let result = semaphore.wait(timeout: .now() + .milliseconds(Int(Self.wait / .milliseconds(1))))
+            let result = semaphore.wait(timeout: .now() + .milliseconds(Int(configuration.wait / .milliseconds(1))))
+            if observer.withLock({ $0 == nil }) {
+                finished.signal()
+                return
+            }
             if result == .timedOut {
-                if observer.withLock({ $0 == nil }) {
-                    finished.signal()
-                    return
-                }
                 let current = RunLoop.Activity(rawValue: activity.load(ordering: .acquiring))
                 if current == .beforeSources || current == .afterWaiting {
                     timeoutCount += 1
-                    counted.withLock { $0.append(CountedTimeout(count: timeoutCount, activity: current, at: .now)) }
-                    if timeoutCount < Self.timeoutsForStall { continue }
-                    // NSLog(@"monitor trigger"): the seed dumps the stacks here.
+                    let timeout = CountedTimeout(
+                        count: timeoutCount, activity: current, at: .now,
+                        declaredStall: timeoutCount >= configuration.timeoutsForStall)
+                    counted.withLock { $0.append(timeout) }
+                    if !timeout.declaredStall { continue }
+                    // NSLog(@"monitor trigger"): the seeds dump every thread's stack here.
+                    onStall?(timeout)
                 }
             }
             timeoutCount = 0

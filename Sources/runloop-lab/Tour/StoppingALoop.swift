@@ -7,7 +7,14 @@ import class RunLoopKit.RunLoop
 /// the seed's `while (shouldKeepRunning) { [runLoop runMode:beforeDate:] }` pattern.
 struct StoppingALoop: Experiment {
     let title = "What stop() does to run(), run(until:) and a runMode:beforeDate: loop"
-    let seed = "seed 004"
+    let seed = Seed.cite(4)
+    let seedSays = """
+        Seed 004 lists the ways to leave a loop (run and runUntilDate: repeat runMode:beforeDate:, \
+        so a stop does not end them) and the stoppable thread: while (shouldKeepRunning) \
+        [runLoop runMode:NSDefaultRunLoopMode beforeDate:[NSDate distantFuture]]; its customStop \
+        sets the flag and performs an empty method on the thread with performSelector:onThread: — \
+        "调用后立即退出RunLoop" (the loop exits right after the call).
+        """
     let summary = """
         stop() ends only the innermost run in progress (one pass of the loop). Each loop below is \
         kept alive by a Source0 that is never signalled (the seed's `addPort:`), and the main \

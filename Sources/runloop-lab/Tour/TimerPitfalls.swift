@@ -11,7 +11,14 @@ import class RunLoopKit.RunLoop
 /// image-loading trick).
 struct TimerPitfalls: Experiment {
     let title = "Timer pitfalls: long tasks, retain cycles, delayed performs"
-    let seed = "seeds 000, 001, 002"
+    let seed = Seed.cite(0, 1, 2, 3)
+    let seedSays = """
+        Seeds 000/001: NSTimer is not punctual (a busy loop delays it; 问题一) and a repeating timer \
+        retains its target (问题二, cured with a weak proxy). Seeds 002 and 003: \
+        performSelector:afterDelay:inModes:@[NSDefaultRunLoopMode] (setImage:, downloadAndShowImage) \
+        waits while the main loop tracks. Seed 003 adds that a timer that misses its point skips \
+        it ("这个时间点的回调也会跳过去,不会延后执行"). The 20/75 ms timings are ours.
+        """
     let summary = """
         (a) A 20 ms timer whose loop is busy for 75 ms in a block: the loop cannot fire it while \
         the block runs; afterwards it fires once, late, and its next fire date stays on its 20 ms \

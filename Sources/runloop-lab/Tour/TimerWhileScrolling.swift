@@ -8,7 +8,13 @@ import class RunLoopKit.RunLoop
 /// `.tracking` (a scroll view being dragged); a timer added for `.common` keeps firing.
 struct TimerWhileScrolling: Experiment {
     let title = "NSTimer stops while scrolling"
-    let seed = "seeds 000, 004"
+    let seed = Seed.cite(0, 4)
+    let seedSays = """
+        Seed 000 (NSTimer 不准, 方案一) and seed 004: an NSTimer scheduled in the default mode stops \
+        while a scroll view tracks, because the main loop then runs UITrackingRunLoopMode; adding \
+        it for NSRunLoopCommonModes keeps it firing. The timings (50 ms timers, a 300 ms drag) are \
+        ours.
+        """
     let summary = """
         The loop makes .tracking a common mode (UIKit does this for the main loop, so .common = \
         default + tracking) and gets two 50 ms timers, one added for .default and one for .common. \
