@@ -66,13 +66,16 @@ extension RunLoopMonitorSuites {
             logger: nil)
         monitor.start { log.append($0) }
         defer { monitor.stop() }
-        try worker.execute { _ = monitorTestCrunch(until: .now + .milliseconds(300)) }
+        // A blocked stall: the worker's snapshot is read where it is parked, so it holds the
+        // whole stack (a busy thread's single snapshot can end early at an instruction whose
+        // unwind tables are wrong, which a stall's many samples make up for and one does not).
+        try worker.execute { _ = parkedTestUsleep(300_000) }
         let events = log.wait(for: 2)
         try #require(events.count == 2)
         let began = events[0].report
         let all = try #require(began.allThreads)
         let stalled = try #require(all.first { $0.threadID == worker.threadID })
-        #expect(stalled.frames.contains { $0.symbol?.contains("monitorTestCrunch") == true }, "\(stalled)")
+        #expect(stalled.frames.contains { $0.symbol?.contains("parkedTestUsleep") == true }, "\(stalled)")
         #expect(all.count >= 3)  // the test's thread, the worker, the monitor's threads
         let decoded = try JSONDecoder().decode(StallReport.self, from: JSONEncoder().encode(began))
         #expect(decoded.allThreads == began.allThreads)

@@ -45,7 +45,9 @@ extension RunLoop {
             "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
         if let backend {
             let (epoll, wakeUp, timer) = backend.descriptors
-            let armedText = armed == LoopClock.never ? "disarmed" : "armed for \(formatNanoseconds(armed - now)) from now"
+            let armedText =
+                armed == LoopClock.never
+                ? "disarmed" : armed > now ? "armed for \(formatNanoseconds(armed - now)) from now" : "expired \(formatNanoseconds(now - armed)) ago"
             lines.append("wake-up descriptor = \(wakeUp) (eventfd), epoll descriptor = \(epoll), timer descriptor = \(timer) (timerfd, \(armedText)),")
         } else {
             lines.append("wake-up = futex (no descriptors: the loop could not open its epoll set),")

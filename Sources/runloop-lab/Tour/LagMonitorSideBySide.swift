@@ -247,7 +247,7 @@ struct LagMonitorSideBySide: Experiment {
     /// Prints the all-threads dump taken at the seeds' first trigger (after stall (a)).
     private static func print(_ dump: AllThreadsDump) {
         guard let lines = dump.captured else {
-            Out.line("all threads' stacks at the first \"monitor trigger\" (the seeds' HCCCallStackTypeAll): not captured here yet")
+            Out.line("all threads' stacks at the first \"monitor trigger\" (the seeds' HCCCallStackTypeAll): the detector did not trigger")
             return
         }
         Out.line("all threads' stacks at the first \"monitor trigger\" (the seeds' HCCCallStackTypeAll):")
@@ -481,7 +481,19 @@ final class AllThreadsDump: Sendable {
     /// The dump, if one was taken.
     var captured: [String]? { lines.withLock { $0 } }
 
-    // ALL-THREADS STACK DUMP: wire ThreadStack.captureAll() (RunLoopMonitor) in here, one line per
-    // thread (id, name) followed by its frames; until then nothing is captured.
-    static func captureAllThreads() -> [String]? { nil }
+    /// Frames shown per thread: enough to see where each one is; the report keeps them all.
+    static let framesShown = 6
+
+    /// `ThreadStack.captureAll()`: one line per thread (id, name, how its stack was read), then its
+    /// innermost frames. Threads parked in the kernel are read without a signal.
+    static func captureAllThreads() -> [String]? {
+        var lines: [String] = []
+        for thread in ThreadStack.captureAll() {
+            let how = thread.unwinder.map { $0 == .parkedInKernel ? "parked in the kernel, read without a signal" : "running, signalled" }
+            lines.append("thread \(thread.threadID) '\(thread.name)'\(thread.isCallingThread ? " (the detector's own)" : ""): \(how ?? "not captured: \(thread.error ?? "?")")")
+            for frame in thread.frames.prefix(framesShown) { lines.append("  \(frame.symbol ?? frame.summary)") }
+            if thread.frames.count > framesShown { lines.append("  … \(thread.frames.count - framesShown) more") }
+        }
+        return lines
+    }
 }

@@ -47,7 +47,8 @@ struct MainLoopDescription: Experiment {
         Out.conclusion(
             "the same skeleton: the wake-up port is an eventfd (a Mach port on iOS), the mode's port set an "
                 + "epoll descriptor, the timer port a timerfd; not stopped, ignoring wake-ups until a run "
-                + "starts, no current mode, only kCFRunLoopDefaultMode, and no deadline. Its only item, "
+                + "starts, no current mode, kCFRunLoopDefaultMode (in the tour, also the modes earlier "
+                + "experiments ran the main loop in: modes are never removed), and no deadline. Its only item, "
                 + "the main queue's Source1, is RunLoopKit's own and not listed (CF does not list its "
                 + "dispatch port either).")
     }
