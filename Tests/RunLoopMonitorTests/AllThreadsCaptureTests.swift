@@ -69,7 +69,9 @@ extension RunLoopMonitorSuites {
         // A blocked stall: the worker's snapshot is read where it is parked, so it holds the
         // whole stack (a busy thread's single snapshot can end early at an instruction whose
         // unwind tables are wrong, which a stall's many samples make up for and one does not).
-        try worker.execute { _ = parkedTestUsleep(300_000) }
+        // The stalled thread is captured first, while it is still stalled; a second of stall
+        // leaves room for a loaded machine.
+        try worker.execute { _ = parkedTestUsleep(1_000_000) }
         let events = log.wait(for: 2)
         try #require(events.count == 2)
         let began = events[0].report

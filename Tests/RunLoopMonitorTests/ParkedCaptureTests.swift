@@ -136,7 +136,7 @@ let parkedTestHandlerEntered = Atomic<Bool>(false)
 @inline(never)
 func parkedTestInHandler() {
     parkedTestHandlerEntered.store(true, ordering: .releasing)
-    while parkedTestHandlerHolds.load(ordering: .acquiring) { usleep(1_000) }
+    while parkedTestHandlerHolds.load(ordering: .acquiring) { usleep(20_000) }
 }
 
 /// Raises SIGUSR2 on its own thread: the handler runs inside this call.
@@ -161,9 +161,17 @@ extension RunLoopMonitorSuites.ParkedCaptureTests {
             parkedTestRaise()
         }
         while !parkedTestHandlerEntered.load(ordering: .acquiring) { usleep(200) }
-        waitUntilParked(thread.threadID)
-        let stack = try ThreadStack.captureAddresses(threadID: thread.threadID)
+        // The handler wakes every 20 ms; a capture that finds it running between two sleeps is
+        // signalled instead (a walk from our own handler, not the parked walk this is about), so
+        // capture until one reads it parked.
+        var stack = RawStack(addresses: [], unwinder: .parkedInKernel)
+        for _ in 0..<50 {
+            waitUntilParked(thread.threadID)
+            stack = try ThreadStack.captureAddresses(threadID: thread.threadID)
+            if stack.unwinder == .parkedInKernel { break }
+        }
         parkedTestHandlerHolds.store(false, ordering: .releasing)
+        #expect(stack.unwinder == .parkedInKernel)
         thread.join()
         let names = ThreadStack.symbolicate(stack).map { $0.symbol ?? $0.summary }
         #expect(names.contains { $0.contains("parkedTestInHandler") }, "\(names)")

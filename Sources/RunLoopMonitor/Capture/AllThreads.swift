@@ -86,9 +86,17 @@ extension ThreadStack {
     /// ``captureAll(timeout:)`` without symbolication: what a monitor takes while a stall lasts,
     /// to symbolicate later on another thread (``symbolicate(_:)-(RawThreadSnapshot)``).
     public static func captureAllAddresses(timeout: Duration = defaultTimeout) -> [RawThreadSnapshot] {
+        captureAllAddresses(timeout: timeout, first: nil)
+    }
+
+    /// ``captureAllAddresses(timeout:)``, capturing thread `first` before the others (a stalled
+    /// loop's thread, while it is still where the stall is); listed in id order all the same.
+    static func captureAllAddresses(timeout: Duration, first: Int32?) -> [RawThreadSnapshot] {
         let own = ProcessThreads.ownID
         var snapshots: [RawThreadSnapshot] = []
-        for threadID in ProcessThreads.ids().sorted() {
+        var order = ProcessThreads.ids().sorted()
+        if let first, let index = order.firstIndex(of: first) { order.insert(order.remove(at: index), at: 0) }
+        for threadID in order {
             let stack: Result<RawStack, ThreadStackError>
             do {
                 stack = .success(try captureAddresses(threadID: threadID, timeout: timeout))
@@ -102,7 +110,7 @@ extension ThreadStack {
                     threadID: threadID, name: ProcessThreads.name(of: threadID) ?? "?", isCallingThread: threadID == own,
                     stack: stack))
         }
-        return snapshots
+        return snapshots.sorted { $0.threadID < $1.threadID }
     }
 
     /// Names the addresses of one thread of an all-threads capture.

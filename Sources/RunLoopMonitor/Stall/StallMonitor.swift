@@ -480,7 +480,9 @@ private final class Worker: @unchecked Sendable {
             if !stall.reported, now - stall.busySince >= max(.seconds(2), monitor.threshold * 4) {
                 stall.reported = true  // a hang is never hidden by the back-off
                 backoff.reportedAfterAll(stall.signature)
-                if monitor.capturesAllThreads { stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout) }
+                if monitor.capturesAllThreads {
+                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout, first: loop.threadID)
+                }
                 monitor.enqueue(.began, report(stall, loop, now: now), stall.sampler)
             }
             watch.stall = stall
@@ -504,7 +506,7 @@ private final class Worker: @unchecked Sendable {
             nextSample: now + monitor.sampleInterval, reported: decision.report,
             suppressedSimilar: decision.suppressedBefore, signature: signature)
         if stall.reported && monitor.capturesAllThreads {
-            stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout)
+            stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout, first: loop.threadID)
         }
         let first = report(stall, loop, now: now)
         monitor.countStall(first, suppressed: !decision.report)
