@@ -19,7 +19,8 @@ extension RunLoop {
     /// one per mode (``Mode/common``'s is in every common mode), first in, first out with the
     /// other performs for that mode, and it wakes the loop. So, unlike a block queued with
     /// ``perform(inModes:_:)->()`` (`CFRunLoopPerformBlock`), it is a handled source:
-    /// ``run(mode:before:)``, ``acceptInput(mode:before:)`` and a run with
+    /// ``run(mode:before:)-(_,ContinuousClock.Instant)``,
+    /// ``acceptInput(mode:before:)-(_,ContinuousClock.Instant)`` and a run with
     /// `returnAfterSourceHandled` return after it. That is what the keep-alive pattern
     /// `while keepRunning { loop.run(mode: .default, before: RunLoop.distantFuture) }` needs to
     /// notice a flag cleared by the perform, without a ``stop()``. The source is in a mode only

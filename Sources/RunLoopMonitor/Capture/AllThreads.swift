@@ -84,7 +84,7 @@ extension ThreadStack {
     }
 
     /// ``captureAll(timeout:)`` without symbolication: what a monitor takes while a stall lasts,
-    /// to symbolicate later on another thread (``symbolicate(_:)-(RawThreadSnapshot)``).
+    /// to symbolicate later on another thread (``symbolicate(_:)->ThreadStack.ThreadSnapshot``).
     public static func captureAllAddresses(timeout: Duration = defaultTimeout) -> [RawThreadSnapshot] {
         captureAllAddresses(timeout: timeout, first: nil)
     }

@@ -21,7 +21,7 @@ import Synchronization
 /// early instead. `backtrace()` remains the fallback where the bounded walk is unavailable
 /// (see ``RawStack/Unwinder/glibcBacktrace``).
 ///
-/// Symbolication (``symbolicate(_:)``) happens on the calling thread, never in the handler, and
+/// Symbolication (``symbolicate(_:)->[StackFrame]``) happens on the calling thread, never in the handler, and
 /// is cached per address: names come from the Swift runtime's symbolicator (full symbol tables and
 /// DWARF: demangled names, file and line), else from `dladdr`; the image path and the
 /// image-relative offset are always given for offline use (see ``StackFrame``).
@@ -51,7 +51,7 @@ public enum ThreadStack {
     }
 
     /// Captures thread `threadID`'s stack as addresses, without symbolicating it (what a sampler
-    /// does while a stall lasts; ``symbolicate(_:)`` later). One capture at a time per process;
+    /// does while a stall lasts; ``symbolicate(_:)->[StackFrame]`` later). One capture at a time per process;
     /// a capture waits for the one in progress.
     ///
     /// - Throws: ``ThreadStackError``.
