@@ -57,6 +57,8 @@ protocol Engine: Sendable {
     /// CFRunLoopRun / RunLoop.run(): the default mode until stopped or finished.
     func runUntilStopped()
     func stop()
+    /// CFRunLoopWakeUp on the main loop.
+    func wakeUp()
 }
 
 func cfMode(_ name: String) -> CFRunLoopMode {
@@ -90,6 +92,7 @@ struct CFEngine: Engine {
     }
     func runUntilStopped() { CFRunLoopRun() }
     func stop() { CFRunLoopStop(CFRunLoopGetMain()) }
+    func wakeUp() { CFRunLoopWakeUp(CFRunLoopGetMain()) }
 }
 
 struct RunLoopKitEngine: Engine {
@@ -114,6 +117,7 @@ struct RunLoopKitEngine: Engine {
     }
     func runUntilStopped() { RunLoop.main.run() }
     func stop() { RunLoop.main.stop() }
+    func wakeUp() { RunLoop.main.wakeUp() }
 }
 
 // MARK: - Scenarios
@@ -204,6 +208,14 @@ func activities(_ engine: any Engine) {
     }
     trace("run(default, 300 ms)")
     trace("-> \(engine.run("default", seconds: 0.3, returnAfterSourceHandled: false))")
+    // A wakeUp() from a block served before sleeping is ignored, as after a wait (CF's handle_msg
+    // sets its ignore-wakeups flag on that path too): the next pass sleeps until the timeout.
+    engine.addTimer("default", after: 0.01) {
+        trace("  timer fired; queues E")
+        queueBlock("  E (wakeUp())") { engine.wakeUp() }
+    }
+    trace("run(default, 200 ms)")
+    trace("-> \(engine.run("default", seconds: 0.2, returnAfterSourceHandled: false))")
 }
 
 /// CoreFoundation and RunLoopKit in one process: whichever runs on the main thread serves the

@@ -23,7 +23,13 @@ extension RunLoopMonitorSuites {
     /// fork() while another thread is mid-capture or mid-symbolication: every child can capture
     /// and run a monitor (before, a child died on the capture lock its parent's thread held:
     /// "Unknown error occurred while attempting to acquire a Mutex").
-    @Test func twentyChildrenForkedMidCaptureAllCaptureAndMonitor() throws {
+    ///
+    /// Not under ThreadSanitizer: its runtime is not fork-safe in a multi-threaded parent (a child
+    /// can block in the runtime's own state, whatever the monitor does: 1 of 20 children hung
+    /// there once, in its first capture). The monitor's locks are checked without a sanitizer and
+    /// under AddressSanitizer.
+    @Test(.disabled(if: underThreadSanitizer, "ThreadSanitizer's runtime is not fork-safe in a multi-threaded parent"))
+    func twentyChildrenForkedMidCaptureAllCaptureAndMonitor() throws {
         let probe = try runMonitorProbe(["fork-captures"], timeout: .seconds(120))
         #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
         #expect(probe.stdout.contains("children ok 20/20"), "\(probe.stdout)")

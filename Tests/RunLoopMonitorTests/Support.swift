@@ -104,6 +104,8 @@ func runMonitorProbe(_ arguments: [String], timeout: Duration = .seconds(60)) th
 
 /// Whether the tests run under ThreadSanitizer or AddressSanitizer.
 let sanitized: Bool = dlsym(nil, "__tsan_init") != nil || dlsym(nil, "__asan_init") != nil
+/// Whether the tests run under ThreadSanitizer.
+let underThreadSanitizer: Bool = dlsym(nil, "__tsan_init") != nil
 
 /// Whether the tests run under AddressSanitizer.
 let underASan: Bool = dlsym(nil, "__asan_init") != nil

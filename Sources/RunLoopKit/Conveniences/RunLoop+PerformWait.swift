@@ -15,16 +15,17 @@ extension RunLoop {
     /// }
     /// ```
     ///
-    /// The block is delivered as NSThread delivers a perform: by a version-0 source of the loop,
-    /// one per mode (``Mode/common``'s is in every common mode), first in, first out with the
-    /// other performs for that mode, and it wakes the loop. So, unlike a block queued with
+    /// The block is delivered as NSThread delivers a perform: queued first in, first out with the
+    /// loop's other performs, and run by a version-0 source of the loop, one per mode
+    /// (``Mode/common``'s is in every common mode); it wakes the loop. So, unlike a block queued with
     /// ``perform(inModes:_:)->()`` (`CFRunLoopPerformBlock`), it is a handled source:
     /// ``run(mode:before:)-(_,ContinuousClock.Instant)``,
     /// ``acceptInput(mode:before:)-(_,ContinuousClock.Instant)`` and a run with
     /// `returnAfterSourceHandled` return after it. That is what the keep-alive pattern
     /// `while keepRunning { loop.run(mode: .default, before: RunLoop.distantFuture) }` needs to
-    /// notice a flag cleared by the perform, without a ``stop()``. The source is in a mode only
-    /// while performs wait there, so it keeps no mode alive afterwards. A block queued for a mode
+    /// notice a flag cleared by the perform, without a ``stop()``. As NSThread's, a mode's source
+    /// is made the first time a perform names the mode and stays in it, so the mode is not empty
+    /// from then on (it keeps a run in it waiting, as on Darwin). A block queued for a mode
     /// the loop is not running in waits — and so does a caller that waits for it — until the loop
     /// runs in one of its modes; a block queued for several modes runs once, in the first of them
     /// the loop runs.

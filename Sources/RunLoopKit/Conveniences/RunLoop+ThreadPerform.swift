@@ -1,22 +1,25 @@
+import DequeModule
 import Synchronization
 
 // NSThread's perform source, for `perform(inModes:waitUntilDone:_:)` and
 // `perform(inModes:waitingAtMost:_:)`.
 //
-// On Darwin, `performSelector:onThread:withObject:waitUntilDone:modes:` queues the call on the
-// target thread and signals a version-0 source of that thread's loop (its callout is
+// On Darwin, `performSelector:onThread:withObject:waitUntilDone:modes:` appends the call to one
+// per-thread queue and signals a version-0 source of that thread's loop, one per mode, made and
+// added to its mode the first time a perform names the mode and kept there (its callout is
 // `__NSThreadPerformPerform`, under `__CFRUNLOOP_IS_CALLING_OUT_TO_A_SOURCE0_PERFORM_FUNCTION__`).
 // So the perform is a handled source: `runMode:beforeDate:` returns after it, which is what the
 // keep-alive pattern `while (keepRunning) { [loop runMode:… beforeDate:distantFuture] }` relies
 // on to notice a cleared flag. A block queued with `perform {}` (`CFRunLoopPerformBlock`) is not a
 // source and does not end such a run.
 //
-// Here: one version-0 source per mode named in a perform (`.common` is one of them: its source is
-// in every common mode), with the performs queued for that mode, first in, first out. A perform for
-// several modes is queued in each of their lanes and runs once, in whichever of them the loop runs
-// first. A lane's source is in its mode only while performs are queued there, so a loop that has
-// only run its performs is as empty as before (a keep-alive thread still needs its own source or
-// port, as on Darwin).
+// Here the same: one queue per loop, first in, first out across modes; one source per mode named
+// in a perform (`.common`'s is in every common mode), kept in its mode once added. A source's
+// callout runs, in order, the performs that may run in the loop's current mode, one at a time and
+// at most as many as were queued when it began (those queued meanwhile run in a later pass; a
+// run nested in a perform sees the older ones still queued, in order). When the loop's thread
+// exits, its sources leave their modes and the performs still queued are dropped (a waiting
+// caller is released with `threadExited`).
 
 extension RunLoop {
     /// Queues `body` as a perform-source delivery in `modes` and wakes the loop. Throws
@@ -25,165 +28,110 @@ extension RunLoop {
     func performAsSource(inModes modes: [Mode], _ body: @escaping @Sendable () -> Void) throws(PerformError) {
         preconditionNotForked("perform(inModes:waitUntilDone:_:)")
         guard !blocksClosed.load(ordering: .acquiring) else { throw .threadExited }
-        let item = ThreadPerformItem(body)
-        let lanes = attachments.object(ThreadPerformLanes.self) { ThreadPerformLanes() }
-        var queued = false
-        var seen: [Mode] = []
-        for mode in modes where !seen.contains(mode) {
-            seen.append(mode)
-            if lanes.lane(for: mode, of: self).enqueue(item, on: self) { queued = true }
-        }
-        guard queued else { throw .threadExited }
+        let queue = attachments.object(ThreadPerformQueue.self) { ThreadPerformQueue() }
+        guard queue.enqueue(body, modes: modes, on: self) else { throw .threadExited }
         wakeUp()
     }
 }
 
-/// A queued perform, shared by the lanes of the modes it was queued for: whichever runs first
-/// takes the body; the others find it gone.
-final class ThreadPerformItem: Sendable {
-    private let body: Mutex<(@Sendable () -> Void)?>
-
-    init(_ body: @escaping @Sendable () -> Void) { self.body = Mutex(body) }
-
-    /// The body, once; nil after the first call.
-    func take() -> (@Sendable () -> Void)? {
-        body.locked { body in
-            defer { body = nil }
-            return body
-        }
+/// A loop's queued performs and the version-0 sources that deliver them (a loop attachment).
+final class ThreadPerformQueue: Sendable {
+    private struct Entry {
+        var body: (@Sendable () -> Void)?
+        let modes: [RunLoop.Mode]
     }
-}
 
-/// A loop's perform lanes, one per mode (kept as a loop attachment).
-final class ThreadPerformLanes: Sendable {
-    private let lanes = Mutex<[RunLoop.Mode: ThreadPerformLane]>([:])
-
-    /// The lane of `mode` on `loop`, made on first use.
-    func lane(for mode: RunLoop.Mode, of loop: RunLoop) -> ThreadPerformLane {
-        lanes.locked { lanes in
-            if let lane = lanes[mode] { return lane }
-            let lane = ThreadPerformLane(mode: mode, loop: loop)
-            lanes[mode] = lane
-            return lane
-        }
-    }
-}
-
-/// One mode's performs and the version-0 source that delivers them.
-///
-/// The source is in the mode only while performs are queued (`scheduled`). The lane's lock is
-/// never held while the loop's lock is taken or a perform runs; adding an already-added source and
-/// removing an absent one do nothing, so the add/remove races below are settled by re-checking the
-/// queue after a removal.
-final class ThreadPerformLane: Sendable {
     private struct State {
-        var pending: [ThreadPerformItem] = []
-        /// Whether the source is (being) added to the mode.
-        var scheduled = false
+        var entries = Deque<Entry>()
+        /// One source per mode a perform named, kept once added.
+        var sources: [RunLoop.Mode: RunLoopSource] = [:]
         /// The loop's thread has exited: nothing is queued any more.
         var closed = false
     }
 
-    let mode: RunLoop.Mode
     private let state = Mutex(State())
-    /// Set on the loop's thread while the lane removes its own source, so that the source's cancel
-    /// callback (which the removal calls) tells that apart from the thread's exit.
-    private let removingItself = Atomic<Bool>(false)
-    /// Set once, right after `init` (the source's callbacks need the lane).
-    private let sourceSlot = Mutex<RunLoopSource?>(nil)
 
-    init(mode: RunLoop.Mode, loop: RunLoop) {
-        self.mode = mode
-        // The callbacks hold the lane weakly: the lane holds the source.
+    /// Queues `body` for `modes`; false when the loop's thread has exited (nothing queued).
+    func enqueue(_ body: @escaping @Sendable () -> Void, modes: [RunLoop.Mode], on loop: RunLoop) -> Bool {
+        var unique: [RunLoop.Mode] = []
+        for mode in modes where !unique.contains(mode) { unique.append(mode) }
+        let queued = state.locked { state -> (fresh: [(RunLoop.Mode, RunLoopSource)], all: [RunLoopSource])? in
+            guard !state.closed else { return nil }
+            state.entries.append(Entry(body: body, modes: unique))
+            var fresh: [(RunLoop.Mode, RunLoopSource)] = []
+            var all: [RunLoopSource] = []
+            for mode in unique {
+                if let source = state.sources[mode] {
+                    all.append(source)
+                } else {
+                    let source = makeSource(for: loop)
+                    state.sources[mode] = source
+                    fresh.append((mode, source))
+                    all.append(source)
+                }
+            }
+            return (fresh, all)
+        }
+        guard let queued else { return false }
+        for (mode, source) in queued.fresh where !loop.addIfAlive(source, forMode: mode) {
+            // The thread exited after the caller's check: its teardown did not see this source,
+            // so nothing would ever run or drop what is queued.
+            dropAll()
+            return false
+        }
+        for source in queued.all { source.signal() }
+        return true
+    }
+
+    private func makeSource(for loop: RunLoop) -> RunLoopSource {
         let source = RunLoopSource(
-            onCancel: { [weak self] _, _ in self?.cancelled() },
+            onCancel: { [weak self] _, _ in self?.dropAll() },
             perform: { [weak self, weak loop] in
                 guard let self, let loop else { return }
                 self.performQueued(on: loop)
             })
         source.label = "perform(inModes:waitUntilDone:)"
-        sourceSlot.locked { $0 = source }
+        return source
     }
 
-    private var source: RunLoopSource { sourceSlot.locked { $0! } }
-
-    /// The lane's source (tests look at whether it is in its mode).
-    var sourceForTesting: RunLoopSource { source }
-
-    /// Queues `item`; false if the loop's thread has exited (nothing queued).
-    func enqueue(_ item: ThreadPerformItem, on loop: RunLoop) -> Bool {
-        let (accepted, add) = state.locked { state -> (Bool, Bool) in
-            guard !state.closed else { return (false, false) }
-            state.pending.append(item)
-            defer { state.scheduled = true }
-            return (true, !state.scheduled)
-        }
-        guard accepted else { return false }
-        let source = self.source
-        if add {
-            // A thread that exited after the caller's check: its teardown did not see the source,
-            // so nothing would ever run or drop this lane's performs.
-            guard !loop.isTornDown else {
-                dropAll()
-                return true
-            }
-            loop.add(source, forMode: mode)
-            if loop.isTornDown { dropAll() }
-        }
-        source.signal()
-        return true
-    }
-
-    /// The source's callout, on the loop's thread: runs the performs queued so far, in order
-    /// (those queued meanwhile signal the source again and run in a later pass), then takes the
-    /// source out of the mode if nothing is left.
+    /// A source's callout, on the loop's thread: runs, first in, first out, the performs that may
+    /// run in the current mode, one at a time (the queue's lock is not held while one runs), at
+    /// most as many as there were when it began.
     private func performQueued(on loop: RunLoop) {
-        let batch = state.locked { state -> [ThreadPerformItem] in
-            defer { state.pending.removeAll(keepingCapacity: true) }
-            return state.pending
+        guard let mode = loop.currentMode else { return }
+        let isCommon = loop.commonModes.contains(mode)
+        func runsHere(_ entry: Entry) -> Bool {
+            entry.modes.contains(mode) || (isCommon && entry.modes.contains(.common))
         }
-        for item in batch {
-            guard let body = item.take() else { continue }
+        var budget = state.locked { state in state.entries.count { runsHere($0) } }
+        while budget > 0 {
+            budget -= 1
+            let (body, more) = state.locked { state -> ((@Sendable () -> Void)?, [RunLoopSource]) in
+                guard let index = state.entries.firstIndex(where: runsHere) else { return (nil, []) }
+                let body = state.entries.remove(at: index).body
+                // More wait here: the mode's sources are signalled again, so that a run nested in
+                // this perform runs them (in order), and else the next pass does.
+                guard state.entries.contains(where: runsHere) else { return (body, []) }
+                return (body, [state.sources[mode], isCommon ? state.sources[.common] : nil].compactMap { $0 })
+            }
+            guard let body else { return }
+            for source in more { source.signal() }
             body()
         }
-        let remove = state.locked { state -> Bool in
-            guard state.pending.isEmpty, !state.closed else { return false }
-            state.scheduled = false
-            return true
-        }
-        guard remove else { return }
-        let source = self.source
-        removingItself.store(true, ordering: .relaxed)
-        loop.remove(source, forMode: mode)
-        removingItself.store(false, ordering: .relaxed)
-        // A perform queued between the check and the removal saw `scheduled == false` and added
-        // the source, possibly before the removal took it out again: put it back.
-        let readd = state.locked { state -> Bool in
-            guard !state.pending.isEmpty, !state.closed else { return false }
-            state.scheduled = true
-            return true
-        }
-        if readd {
-            loop.add(source, forMode: mode)
-            source.signal()
-        }
     }
 
-    /// The source left its mode other than by the lane's own removal: the loop's thread exited.
-    /// The queued performs can never run; they are released here, outside the lock (a waiting
+    /// The loop's thread exited (its sources left their modes), or a perform was queued too late:
+    /// closes the queue and releases the performs still queued, outside the lock (a waiting
     /// caller learns of the drop from its block's token).
-    private func cancelled() {
-        guard !removingItself.load(ordering: .relaxed) else { return }
-        dropAll()
+    private func dropAll() {
+        let dropped = state.locked { state -> Deque<Entry> in
+            state.closed = true
+            defer { state.entries = [] }
+            return state.entries
+        }
+        withExtendedLifetime(dropped) {}
     }
 
-    /// Closes the lane and releases its queued performs.
-    private func dropAll() {
-        let dropped = state.locked { state -> [ThreadPerformItem] in
-            state.closed = true
-            defer { state.pending = [] }
-            return state.pending
-        }
-        for item in dropped { _ = item.take() }
-    }
+    /// The source delivering performs queued for `mode`, if one was made (tests).
+    func sourceForTesting(_ mode: RunLoop.Mode) -> RunLoopSource? { state.locked { $0.sources[mode] } }
 }

@@ -198,6 +198,9 @@ extension RunLoop {
             if dispatchPortIsReady(&context) {
                 // CoreFoundation's `goto handle_msg`: the main queue is served at once; no sleep is
                 // announced (no beforeWaiting, no afterWaiting), and timers wait for the next pass.
+                // wakeUp() is ignored from here to the next pass, as after a wait (handle_msg sets
+                // CF's ignore-wakeups flag on this path too): this pass has no wait to consume one.
+                acceptsWakeUps.store(false, ordering: .relaxed)
                 source1Handled = serveDispatchPort(&context)
             } else {
                 sleepAndWake(&context, poll: poll)
@@ -707,7 +710,7 @@ extension RunLoop {
             let performed = item.perform(events: events, onlyOne: context.returnAfterSourceHandled, on: self)
             calloutEnds()
             if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
-            if _slowPath(context.items.dispatchPort != nil) && item === context.items.dispatchPort {
+            if _slowPath(context.items.dispatchPort != nil) && item === context.items.dispatchPort && !events.isEmpty {
                 context.servedDispatchPortLastPass = true
             }
             if performed {

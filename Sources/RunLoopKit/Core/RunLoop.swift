@@ -364,7 +364,14 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     ///
     /// - Complexity: O(n) in the sources of the mode.
     public func add(_ source: RunLoopSource, forMode mode: Mode) {
-        guard source.isValid else { return }
+        if !addIfAlive(source, forMode: mode) { warnAddedAfterExit(source) }
+    }
+
+    /// ``add(_:forMode:)-(RunLoopSource,_)`` for the library's own sources: false, without a
+    /// warning, when the loop's thread has exited (nothing added).
+    @discardableResult
+    func addIfAlive(_ source: RunLoopSource, forMode mode: Mode) -> Bool {
+        guard source.isValid else { return true }
         var dead = false
         let joined: [Mode] = mutatingItems { state in
             guard !state.tornDown else {
@@ -384,8 +391,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             }
             return accepted ? state.add(source, for: mode, fresh: fresh) : []
         }
-        if dead { warnAddedAfterExit(source) }
         for joinedMode in joined { source.scheduleCallout?(self, joinedMode) }
+        return !dead
     }
 
     /// Removes a source from `mode` (``Mode/common``: from every common mode and from the common
@@ -510,7 +517,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         if dead { warnAddedAfterExit(timer) }
     }
 
-    /// Says that `item` was not added because the loop's thread has exited (it could never run).
     /// Makes `source` the loop's dispatch port: in a mode it is in, a pass checks it without
     /// waiting before it announces a sleep, and serves it at once if it is ready (the main queue's
     /// port in CoreFoundation's run algorithm).
@@ -522,6 +528,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// on are refused).
     var isTornDown: Bool { state.locked { $0.tornDown } }
 
+    /// Says that `item` was not added because the loop's thread has exited (it could never run).
     func warnAddedAfterExit(_ item: Any) {
         Diagnostics.warning("\(item) not added to \(shortDescription): the loop's thread has exited")
     }

@@ -93,11 +93,28 @@ import Testing
         "  observer: afterWaiting",
         "  observer: exit",
         "-> timedOut",
+        "run(default, 200 ms)",
+        "  observer: entry",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  timer fired; queues E",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  E (wakeUp()) ran on the main thread",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  observer: exit",
+        "-> timedOut",
     ]
 
     /// Work queued on the main queue during a pass is served at the next pass without a sleep
     /// that observers would see (no beforeWaiting/afterWaiting), unless the main queue was served
-    /// in the pass before; a run's first pass does not check. As `__CFRunLoopRun` does before
+    /// in the pass before; a run's first pass does not check; a wakeUp() from a block served so is
+    /// ignored, as after a wait. As `__CFRunLoopRun` does before
     /// `kCFRunLoopBeforeWaiting` (`didDispatchPortLastTime`), which activity-based lag monitors
     /// see. CoreFoundation first, then RunLoopKit, each in its own process: same trace.
     @Test func theMainQueuesPortIsCheckedBeforeSleepingAsInCoreFoundation() throws {

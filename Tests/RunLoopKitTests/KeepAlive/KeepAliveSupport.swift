@@ -73,9 +73,10 @@ extension RunLoop {
 }
 
 extension RunLoop {
-    /// Whether a perform source of this loop is in `mode` (a perform is queued there).
+    /// Whether a perform source of this loop is in `mode` (a perform was queued there).
     func contains(anyPerformSourceIn mode: Mode) -> Bool {
-        guard let lanes = attachments.existing(ThreadPerformLanes.self) else { return false }
-        return contains(lanes.lane(for: mode, of: self).sourceForTesting, inMode: mode)
+        guard let queue = attachments.existing(ThreadPerformQueue.self), let source = queue.sourceForTesting(mode)
+        else { return false }
+        return contains(source, inMode: mode)
     }
 }

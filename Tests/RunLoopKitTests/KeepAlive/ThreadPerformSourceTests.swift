@@ -71,20 +71,21 @@ extension Robustness.KeepAlive {
             #expect(results == ["perform: handledSource", "block: timedOut", "ran: [\"perform\", \"block\"]"])
         }
 
-        /// `run(mode:before:)` returns after the perform, and the perform's source leaves the mode
-        /// once nothing waits there: the mode is empty again, as before the perform.
-        @Test func runModeBeforeReturnsAfterThePerformAndTheModeIsEmptyAfterwards() throws {
+        /// `run(mode:before:)` returns after the perform; the perform's source then stays in the
+        /// mode, as NSThread's does on Darwin (made the first time a perform names the mode), so
+        /// the mode is no longer empty: a later run waits for its deadline.
+        @Test func runModeBeforeReturnsAfterThePerformAndTheSourceStays() throws {
             let results = try #require(
-                TestThreads.runBlocking(name: "tp-empty") { () -> [String] in
+                TestThreads.runBlocking(name: "tp-stays") { () -> [String] in
                     let loop = RunLoop.current
                     var results: [String] = []
                     results.append("empty mode runs: \(loop.run(mode: .default, before: .now + .seconds(10)))")
                     try? loop.perform(inModes: [.default], waitUntilDone: false) {}
                     results.append("with a perform, runs: \(loop.run(mode: .default, before: .now + .seconds(10)))")
-                    results.append("afterwards, runs: \(loop.run(mode: .default, before: .now + .seconds(10)))")
+                    results.append("afterwards: \(loop.run(mode: .default, for: .milliseconds(20)))")
                     return results
                 })
-            #expect(results == ["empty mode runs: false", "with a perform, runs: true", "afterwards, runs: false"])
+            #expect(results == ["empty mode runs: false", "with a perform, runs: true", "afterwards: timedOut"])
         }
 
         /// Performs for one mode run first in, first out; one queued for several modes runs once;
@@ -110,18 +111,50 @@ extension Robustness.KeepAlive {
                     note("run other: \(loop.run(mode: other, for: .milliseconds(1)))")
                     return log.locked { $0 }
                 })
-            // A run that returns after a handled source performs one source per pass (CF's
-            // __CFRunLoopDoSources0 with stopAfterHandle), in the order they were signalled: the
-            // .default lane, then .common's, then .default's again for the perform queued meanwhile.
-            // "both" ran in .default, so the other mode's lane finds it gone; then that mode is empty.
+            // One queue, first in, first out across modes; a run that returns after a handled
+            // source performs one source per pass (CF's __CFRunLoopDoSources0 with
+            // stopAfterHandle), the earliest signalled first. The .default source runs what may
+            // run in .default as it was when it began ("both", "first", "common": .default is
+            // common); "queued by first" waits for a later callout, here the .common source's;
+            // then the .default source finds nothing. The other mode finds "both" gone; its source
+            // stays, so its mode is not empty.
             #expect(
                 log == [
-                    "both", "first", "run default: handledSource",
-                    "common", "run default: handledSource",
+                    "both", "first", "common", "run default: handledSource",
                     "queued by first", "run default: handledSource",
+                    "run default: handledSource",
                     "other", "run other: handledSource",
-                    "run other: finished",
+                    "run other: timedOut",
                 ])
+        }
+
+        /// A perform that runs the loop nested until a later perform has run: the nested run
+        /// sees the performs still queued, in order, so the later one runs inside it (a perform
+        /// that took the whole queue first would wait forever).
+        @Test func aRunNestedInAPerformRunsTheOnesQueuedAfterIt() throws {
+            let log = try #require(
+                TestThreads.runBlocking(name: "tp-nested") { () -> [String] in
+                    let loop = RunLoop.current
+                    let log = Mutex<[String]>([])
+                    let done = Atomic<Bool>(false)
+                    try? loop.perform(inModes: [.default], waitUntilDone: false) {
+                        log.locked { $0.append("A starts a nested run") }
+                        let deadline = ContinuousClock.now + .seconds(10)
+                        while !done.load(ordering: .acquiring) && ContinuousClock.now < deadline {
+                            loop.run(mode: .default, before: deadline)
+                        }
+                        log.locked { $0.append("A returns, B ran: \(done.load(ordering: .acquiring))") }
+                    }
+                    try? loop.perform(inModes: [.default], waitUntilDone: false) {
+                        log.locked { $0.append("B") }
+                        done.store(true, ordering: .releasing)
+                    }
+                    try? loop.perform(inModes: [.default], waitUntilDone: false) { log.locked { $0.append("C") } }
+                    loop.run(mode: .default, for: .seconds(10), returnAfterSourceHandled: true)
+                    return log.locked { $0 }
+                })
+            // The nested run's callout runs what waits, in order: B, then C.
+            #expect(log == ["A starts a nested run", "B", "C", "A returns, B ran: true"])
         }
 
         /// A caller waiting for a perform on a thread that exits without running it is released
