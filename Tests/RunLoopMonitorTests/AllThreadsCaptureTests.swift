@@ -72,7 +72,9 @@ extension RunLoopMonitorSuites {
         // The stalled thread is captured first, while it is still stalled; a second of stall
         // leaves room for a loaded machine.
         try worker.execute { _ = parkedTestUsleep(1_000_000) }
-        let events = log.wait(for: 2)
+        // A sanitizer slows the snapshot of every thread (each running thread's capture waits
+        // until the sanitizer delivers the signal): up to a minute.
+        let events = log.wait(for: 2, timeout: .seconds(60))
         try #require(events.count == 2)
         let began = events[0].report
         let all = try #require(began.allThreads)

@@ -250,3 +250,33 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
         }
     }
 }
+
+/// Callouts that run the loop nested, in another mode, while work for the outer mode is pending:
+/// the outer run must still serve it in its next pass, not sleep to its deadline.
+@Suite struct NestedRunInAnotherModeTests {
+    /// A `.default` timer's callout enqueues an idle task (queue in `.default`), then runs the loop
+    /// nested in `.tracking` for 150 ms; back in the outer `.default` run (300 ms), the task runs
+    /// at the next `beforeWaiting`, well before the outer run's end.
+    @Test func anIdleTaskQueuedBeforeANestedRunInAnotherModeRunsAfterIt() {
+        onNewThread { loop in
+            let log = Log()
+            let source = keepAlive(loop)
+            let tracking = keepAlive(loop, "tracking")
+            defer { source.invalidate(); tracking.invalidate() }
+            let queue = IdleTaskQueue(loop: loop, modes: [.default])
+            defer { queue.invalidate() }
+            let start = ContinuousClock.now
+            let timer = RunLoopTimer(after: .milliseconds(10)) { _ in
+                queue.enqueue { _ in
+                    log.append("task at \((ContinuousClock.now - start) < .milliseconds(250) ? "once back" : "the run's end")")
+                    return .done
+                }
+                RunLoop.current.run(mode: "tracking", for: .milliseconds(150))
+                log.append("nested run returned")
+            }
+            loop.add(timer, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(300))
+            #expect(log.all == ["nested run returned", "task at once back"])
+        }
+    }
+}

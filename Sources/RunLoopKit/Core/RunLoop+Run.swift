@@ -626,7 +626,7 @@ extension RunLoop {
                     movedTo = (other.loop, next)
                     return
                 }
-                timerState.fireNs = next
+                timerState.setFire(next)
                 if timerState.loop === self { _ = state.repush(timer, timerState) }
             }
         }
@@ -634,7 +634,7 @@ extension RunLoop {
         if invalidated { timer.releaseHandlerIfInvalid() }
         // Set as `fireDate` is (re-armed there); if it left that loop meanwhile, it is on no loop's
         // schedule and keeps the date it has.
-        if let movedTo { _ = movedTo.loop.reschedule(timer, fireNs: movedTo.fireNs, toleranceNs: nil) }
+        if let movedTo { _ = movedTo.loop.reschedule(timer, fire: (movedTo.fireNs, movedTo.fireNs), toleranceNs: nil) }
     }
 
     /// The first point of the schedule `firedAt + k·interval` (k ≥ 1) after `now`; saturates to

@@ -574,9 +574,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             guard mode != .common, let index = state.modeIndex[mode] else { return nil }
             // A timer firing now still counts, with the date it fires for (as in CoreFoundation).
             let firing = state.modes[index].firingFireNs
-            let queued = state.modes[index].timers.peekLive(graveyard: &state.graveyard)?.fireNs ?? LoopClock.never
-            let earliest = min(firing, queued)
-            return earliest == LoopClock.never ? nil : LoopClock.instant(earliest)
+            // The earliest queued timer reports its date as given (a past one stays as given).
+            if let next = state.modes[index].timers.peekLive(graveyard: &state.graveyard), next.fireNs <= firing {
+                return LoopClock.instant(next.timer.state.locked { $0.reportedNs })
+            }
+            return firing == LoopClock.never ? nil : LoopClock.instant(firing)
         }
     }
 
@@ -591,11 +593,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Moves a scheduled timer; returns false if it is no longer on this loop (the caller retries).
-    func reschedule(_ timer: RunLoopTimer, fireNs: Int64?, toleranceNs: Int64?) -> Bool {
+    func reschedule(_ timer: RunLoopTimer, fire: (ns: Int64, reported: Int64)?, toleranceNs: Int64?) -> Bool {
         withState { state in
             let done = timer.state.locked { timerState -> Bool in
                 guard timerState.loop === self else { return false }
-                if let fireNs { timerState.fireNs = fireNs }
+                if let fire { timerState.setFire(fire.ns, reported: fire.reported) }
                 if let toleranceNs { timerState.toleranceNs = toleranceNs }
                 // A loop being torn down takes no new heap entries (their retains would never be
                 // released); the teardown unties the timer next.

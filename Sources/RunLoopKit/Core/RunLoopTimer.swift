@@ -13,7 +13,8 @@ import Synchronization
 ///
 /// A fire date in the past counts as now, as in CoreFoundation: the date is clamped when the timer
 /// is made and when ``fireDate`` is set, so overdue timers fire in the order they were made or
-/// set, and a repeating timer's phase counts from the clamped date.
+/// set, and a repeating timer's phase counts from the clamped date. ``fireDate`` still reports
+/// the date given until the timer fires (CoreFoundation's `CFRunLoopTimerGetNextFireDate` too).
 ///
 /// A timer belongs to at most one loop (any number of its modes); adding it to a second loop
 /// does nothing. ``invalidate()`` lets go of the handler, and so of everything it captured, at
@@ -121,6 +122,7 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         self.state = Mutex(
             TimerState(
                 fireNs: LoopClock.notBeforeNow(LoopClock.nanoseconds(fireAt)),
+                reportedNs: LoopClock.nanoseconds(fireAt),
                 toleranceNs: max(0, tolerance.saturatedNanoseconds)
             )
         )
@@ -160,14 +162,17 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// After the timer is invalidated (or a one-shot timer fired) it keeps its last fire date
     /// (CoreFoundation answers its reference date, 2001-01-01).
     public var fireDate: ContinuousClock.Instant {
-        get { LoopClock.instant(state.locked { $0.fireNs }) }
-        set { reschedule(fireNs: LoopClock.notBeforeNow(LoopClock.nanoseconds(newValue)), toleranceNs: nil) }
+        get { LoopClock.instant(state.locked { $0.reportedNs }) }
+        set {
+            let requested = LoopClock.nanoseconds(newValue)
+            reschedule(fire: (LoopClock.notBeforeNow(requested), requested), toleranceNs: nil)
+        }
     }
 
     /// How late the timer may fire; negative values count as zero.
     public var tolerance: Duration {
         get { .nanoseconds(state.locked { $0.toleranceNs }) }
-        set { reschedule(fireNs: nil, toleranceNs: max(0, newValue.saturatedNanoseconds)) }
+        set { reschedule(fire: nil, toleranceNs: max(0, newValue.saturatedNanoseconds)) }
     }
 
     /// Whether the timer is still usable; false after ``invalidate()`` or after a one-shot timer
@@ -196,18 +201,18 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
     /// The handler, while the timer is valid.
     var handler: Handler? { state.locked { HeldHandler($0.valid ? storedHandler : nil) }.value }
 
-    private func reschedule(fireNs: Int64?, toleranceNs: Int64?) {
+    private func reschedule(fire: (ns: Int64, reported: Int64)?, toleranceNs: Int64?) {
         while true {
             // An unscheduled timer is updated under its own lock; a scheduled one under its loop's,
             // which also moves its heap entries. Retry if it was scheduled in between.
             let loop: RunLoop? = state.locked { timer in
                 if let loop = timer.loop { return loop.loop }
-                if let fireNs { timer.fireNs = fireNs }
+                if let fire { timer.setFire(fire.ns, reported: fire.reported) }
                 if let toleranceNs { timer.toleranceNs = toleranceNs }
                 return nil
             }
             guard let loop else { return }
-            if loop.reschedule(self, fireNs: fireNs, toleranceNs: toleranceNs) { return }
+            if loop.reschedule(self, fire: fire, toleranceNs: toleranceNs) { return }
         }
     }
 
@@ -237,17 +242,54 @@ struct HeldHandler: Sendable {
 /// A timer's mutable state, under the timer's lock. When the timer is scheduled, changes are also
 /// made under its loop's lock (taken first), so the loop's heaps and this state agree.
 struct TimerState: Sendable {
-    var fireNs: Int64
+    /// When the timer fires: the date it was given, not before the moment it was given (a past
+    /// date counts as then: CoreFoundation's `_fireTSR`), or the next point of its schedule.
+    private(set) var fireNs: Int64
+    /// What ``RunLoopTimer/fireDate`` reports: the date given, a past one included
+    /// (CoreFoundation's `_nextFireDate`), until the timer fires or is given another date.
+    private(set) var reportedNs: Int64
     var toleranceNs: Int64
     var loop: LoopRef?
     /// Indexes (into the loop's mode table) of the modes the timer is in.
     var modes = ModeIndexSet()
+    /// The insertion number (bits 0-61) and the two flags (62: valid, 63: added for `.common`),
+    /// in one word: the object stays inside glibc's fast bins (see `stamp`).
+    private var packed: UInt64 = TimerState.validBit
+
+    private static let validBit: UInt64 = 1 << 62
+    private static let commonBit: UInt64 = 1 << 63
+    private static let sequenceMask: UInt64 = (1 << 62) - 1
+
+    /// A timer that fires at `fireNs` (already clamped) and reports `reportedNs` (the date given).
+    init(fireNs: Int64, reportedNs: Int64? = nil, toleranceNs: Int64) {
+        self.fireNs = fireNs
+        self.reportedNs = reportedNs ?? fireNs
+        self.toleranceNs = toleranceNs
+    }
+
+    /// Sets when the timer fires, and what it reports (`fireNs` itself unless given).
+    mutating func setFire(_ fireNs: Int64, reported: Int64? = nil) {
+        self.fireNs = fireNs
+        self.reportedNs = reported ?? fireNs
+    }
+
     /// Insertion number in its loop: equal fire dates fire in this order.
-    var sequence: UInt64 = 0
-    // The two flags last, together, so the struct has no padding between fields.
-    var valid = true
+    var sequence: UInt64 {
+        get { packed & Self.sequenceMask }
+        set { packed = (packed & ~Self.sequenceMask) | (newValue & Self.sequenceMask) }
+    }
+
+    /// Whether the timer is still usable.
+    var valid: Bool {
+        get { packed & Self.validBit != 0 }
+        set { packed = newValue ? packed | Self.validBit : packed & ~Self.validBit }
+    }
+
     /// Whether it was added for ``RunLoop/Mode/common`` (and so joins modes made common later).
-    var inCommonModes = false
+    var inCommonModes: Bool {
+        get { packed & Self.commonBit != 0 }
+        set { packed = newValue ? packed | Self.commonBit : packed & ~Self.commonBit }
+    }
 }
 
 /// `1.5ms`, `-20µs`, `3.000s`: a nanosecond count for people.

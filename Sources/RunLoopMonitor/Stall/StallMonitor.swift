@@ -481,7 +481,7 @@ private final class Worker: @unchecked Sendable {
                 stall.reported = true  // a hang is never hidden by the back-off
                 backoff.reportedAfterAll(stall.signature)
                 if monitor.capturesAllThreads {
-                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout, first: loop.threadID)
+                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: loop.threadID)
                 }
                 monitor.enqueue(.began, report(stall, loop, now: now), stall.sampler)
             }
@@ -506,7 +506,7 @@ private final class Worker: @unchecked Sendable {
             nextSample: now + monitor.sampleInterval, reported: decision.report,
             suppressedSimilar: decision.suppressedBefore, signature: signature)
         if stall.reported && monitor.capturesAllThreads {
-            stall.allThreads = ThreadStack.captureAllAddresses(timeout: captureTimeout, first: loop.threadID)
+            stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: loop.threadID)
         }
         let first = report(stall, loop, now: now)
         monitor.countStall(first, suppressed: !decision.report)
@@ -518,6 +518,11 @@ private final class Worker: @unchecked Sendable {
 
     /// One more sample of a stall, and the thread's CPU clock with it. False when the thread is
     /// gone.
+    /// How long an all-threads snapshot waits for each running thread: short, because it is
+    /// taken on the sampling thread while the stall is sampled, and a thread that does not answer
+    /// soon (a sanitizer defers signals) is listed with its error rather than delaying the report.
+    static let allThreadsTimeout: Duration = .milliseconds(20)
+
     func sample(_ stall: inout Stall, _ loop: RunLoop) -> Bool {
         guard stall.sampler.sample(timeout: captureTimeout) else { return false }
         if let cpu = ProcessThreads.cpuTime(of: loop.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
