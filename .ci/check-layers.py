@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fails when a layer of the RunLoopKit module reaches up.
 
-The module's folders are layers, lowest first (see Sources/RunLoopKit/RunLoopKit.docc/Threading.md):
+The module's folders are layers, lowest first (see ARCHITECTURE.md and
+Sources/RunLoopKit/RunLoopKit.docc/Threading.md):
 
     Linux          the kernel backend (epoll, eventfd, timerfd, futex, fstat)
     Core           the loop: modes, items, the run algorithm
