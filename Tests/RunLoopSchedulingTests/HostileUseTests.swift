@@ -280,3 +280,90 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
         }
     }
 }
+
+/// Callouts that run the loop nested break no scheduling object: the observers that are firing
+/// are skipped in the nested run (an observer is never re-entered), sources are not, and the
+/// nested run takes the wakeups meant for the outer one. Each object makes up for it itself.
+@Suite struct NestedRunInACalloutTests {
+    /// A deferred closure that runs the loop nested (a connection flushing in a `deinit`, say):
+    /// the level the nested run pushed is not left behind, so objects handed over later, between
+    /// runs, are released by the next run's drains.
+    @Test func aPoolSurvivesADeferredClosureThatRunsTheLoop() {
+        onNewThread { loop in
+            final class Tracked: Sendable {}
+            let source = keepAlive(loop)
+            defer { source.invalidate() }
+            let pool = IterationPool(loop: loop, modes: [.default])
+            defer { pool.invalidate() }
+            for _ in 0..<3 {
+                pool.defer { RunLoop.current.run(mode: .default, for: .milliseconds(1)) }
+                loop.run(mode: .default, for: .milliseconds(5))
+            }
+            // Handed over between runs: the next run's first drain lets it go.
+            weak var weakObject: Tracked?
+            do {
+                let object = Tracked()
+                weakObject = object
+                pool.release(object)
+            }
+            #expect(run(loop, until: { weakObject == nil }, timeout: .seconds(2)), "an object handed over later was never released")
+            #expect(pool.pendingCount == 0)
+        }
+    }
+
+    /// A frame handler that runs the loop nested for longer than a frame is not called again
+    /// inside that run (a RunLoopTimer's handler never is either); the frames that went by are
+    /// reported as dropped with the next frame.
+    @Test func aDisplayLinksHandlerIsNeverReentered() {
+        onNewThread { loop in
+            let depth = Atomic<Int>(0)
+            let deepest = Atomic<Int>(0)
+            let frames = Mutex<[Int]>([])
+            let link = DisplayLink(loop: loop, modes: [.default], framesPerSecond: 60) { frame in
+                let now = depth.add(1, ordering: .relaxed).newValue
+                if now > deepest.load(ordering: .relaxed) { deepest.store(now, ordering: .relaxed) }
+                let count = frames.withLock { frames -> Int in
+                    frames.append(frame.droppedFrames)
+                    return frames.count
+                }
+                // The first frame runs the loop for about three frames' time.
+                if count == 1 { RunLoop.current.run(mode: .default, for: .milliseconds(55)) }
+                depth.subtract(1, ordering: .relaxed)
+            }
+            defer { link.invalidate() }
+            run(loop, until: { frames.withLock { $0.count } >= 3 }, timeout: .seconds(5))
+            #expect(deepest.load(ordering: .relaxed) == 1, "the handler was re-entered")
+            let dropped = frames.withLock { $0 }
+            #expect(dropped.count >= 2 && dropped[1] >= 2, "the next frame reports the skipped ones: \(dropped)")
+        }
+    }
+
+    /// Work set during a commit by a run nested in a work item (a timer of that run sets it) is
+    /// committed at the outer run's next pass, not when the outer run times out.
+    @Test func workSetDuringACommitsNestedRunIsCommittedNext() {
+        onNewThread { loop in
+            let source = keepAlive(loop)
+            defer { source.invalidate() }
+            let coalescer = CommitCoalescer(loop: loop, modes: [.default])
+            defer { coalescer.invalidate() }
+            let log = Log()
+            coalescer.setNeedsCommit(key: 1) {
+                let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
+                    coalescer.setNeedsCommit(key: 2) {
+                        log.append("B committed")
+                        RunLoop.current.stop()
+                    }
+                }
+                RunLoop.current.add(timer, forMode: .default)
+                RunLoop.current.run(mode: .default, for: .milliseconds(20))
+                log.append("A's nested run returned")
+            }
+            let start = ContinuousClock.now
+            loop.run(mode: .default, for: .seconds(2))
+            let elapsed = ContinuousClock.now - start
+            #expect(log.all == ["A's nested run returned", "B committed"])
+            // At the next pass: well under the outer run's 2 s (room for a loaded machine).
+            #expect(elapsed < .seconds(1), "B waited \(elapsed)")
+        }
+    }
+}

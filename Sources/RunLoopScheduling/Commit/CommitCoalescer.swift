@@ -153,9 +153,14 @@ extension CommitCoalescer {
             guard batch != nil else { return }
             for item in batch!.items { item.work() }
             batch!.clear()  // releases the works and keys with no lock held
-            state.locked { state in
+            let setMeanwhile = state.locked { state -> Bool in
                 if state.valid && state.spare.keys.capacity < batch!.keys.capacity { swap(&state.spare, &batch!) }
+                return state.valid && !state.pending.isEmpty
             }
+            // Work set during the commit by a run nested in a work item: that run's passes had new
+            // generations, so `set` did not wake the loop, and its beforeWaiting skipped this
+            // observer (it was firing). The next pass must commit it.
+            if setMeanwhile { running.withLoop { $0.wakeUp() } }
         }
 
         func invalidate() {

@@ -130,6 +130,10 @@ extension DisplayLink {
         var firstIndex: Int64 = 1
         var expirationsSinceArm: Int64 = 0
         var closed = false
+        /// The handler (or a listener) is running: a run nested in it does not call it again.
+        var inHandler = false
+        /// Frames that went by while the handler ran, reported as dropped with the next frame.
+        var skippedInHandler: Int64 = 0
     }
 
     final class Core: Sendable {
@@ -163,14 +167,26 @@ extension DisplayLink {
                 do throws(Errno) { expirations = try timer.takeExpirations() } catch { return nil }
                 guard expirations > 0, state.valid, !state.paused else { return nil }
                 state.expirationsSinceArm += Int64(clamping: expirations)
+                // A frame due while the handler runs the loop nested (a source is not guarded
+                // against re-entry as a timer or an observer is): taken from the timerfd, not
+                // delivered; the next frame counts it as dropped. As a RunLoopTimer's handler,
+                // the frame handler never nests in itself.
+                guard !state.inHandler else {
+                    state.skippedInHandler += Int64(clamping: expirations)
+                    return nil
+                }
                 let index = state.firstIndex + state.expirationsSinceArm - 1
                 let due = state.origin + index * interval
                 let frame = Frame(
                     timestamp: instant(due), targetTimestamp: instant(due + interval), duration: .nanoseconds(interval),
-                    sequence: UInt64(index), droppedFrames: Int(clamping: expirations - 1))
+                    sequence: UInt64(index),
+                    droppedFrames: Int(clamping: Int64(clamping: expirations - 1) + state.skippedInHandler))
+                state.skippedInHandler = 0
+                state.inHandler = true
                 return (frame, state.handler, state.listeners)
             }
             guard let (frame, handler, listeners) = call else { return }
+            defer { state.locked { $0.inHandler = false } }
             handler?(frame)
             for listener in listeners { listener(frame) }
         }

@@ -136,7 +136,7 @@ extension IterationPool {
         }
 
         func drain(popping: Bool) {
-            let items = state.locked { state -> [Item] in
+            let (items, height, depth) = state.locked { state -> ([Item], Int, Int) in
                 let items = state.levels[state.levels.count - 1]
                 state.levels[state.levels.count - 1] = []
                 if popping {
@@ -144,14 +144,27 @@ extension IterationPool {
                     state.depth = max(0, state.depth - 1)
                 }
                 state.draining = true
-                return items
+                return (items, state.levels.count, state.depth)
             }
             var pending = items
             while let item = pending.popLast() {
                 if case .closure(let body) = item { body() }
                 // an object is let go here, as `item` goes out of scope
             }
-            state.locked { $0.draining = false }
+            let orphans = state.locked { state -> Bool in
+                state.draining = false
+                // A run nested in a deferred closure or a deinit pushed a level at its entry, but
+                // its exit could not pop it: this observer was firing (an observer is never
+                // re-entered). Those runs are over; what they left goes to the level below, for
+                // the next drain.
+                guard state.levels.count > height else { return false }
+                let left = state.levels[height...].joined()
+                state.levels.removeSubrange(height...)
+                state.levels[height - 1].append(contentsOf: left)
+                state.depth = depth
+                return !left.isEmpty
+            }
+            if orphans { loop?.wakeUp() }
         }
 
         func invalidate() {
