@@ -11,6 +11,10 @@ import SystemPackage
 /// count says how many frames went by: ``Frame/droppedFrames`` is that count minus one, never a
 /// guess from rounding. Paused means disarmed: a paused link never wakes its loop.
 ///
+/// The handler is never re-entered: a handler that runs the loop nested for longer than a frame
+/// is not called again inside that run (as a `RunLoopTimer`'s is not); the frames that go by are
+/// counted in the next frame's ``Frame/droppedFrames``.
+///
 /// No real display's vertical blank is followed (this machine has no `/dev/dri` and no Wayland
 /// display): frames are paced by the clock, as Choreographer does without vsync.
 ///

@@ -13,6 +13,11 @@ import Synchronization
 /// is woken for it: a closure that defers itself forever runs once per iteration and cannot
 /// starve timers or sources.
 ///
+/// A deferred closure or a `deinit` may run the loop nested: that run pushes its own level at
+/// `entry` but cannot pop it at `exit` (the drain's observer is firing, and an observer is never
+/// re-entered), so the drain folds what such runs left into the level below, for the next drain,
+/// as popping an outer autorelease pool pops the inner ones.
+///
 /// Any thread may hand objects and closures over; they are let go on the loop's thread. The pool
 /// stays on its loop until ``invalidate()`` or the loop's thread exits; either lets go of
 /// everything pending at once (on the calling or exiting thread).
