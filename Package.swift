@@ -59,14 +59,17 @@ let package = Package(
         ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
         .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),
-        // The seeds' experiments, and demo-only code (the TCP echo server and its client).
+        // The lab's own C shims (accept4 for its echo server, gettid, thread names).
+        .target(name: "CRunLoopLab"),
+        // The seeds' experiments, and demo-only code (the TCP echo server and its client). Only
+        // the products' public API and its own shims: not RunLoopKit's private C shim.
         .executableTarget(
             name: "runloop-lab",
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
                 "RunLoopScheduling",
-                "CRunLoopKit",
+                "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]

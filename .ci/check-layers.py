@@ -12,7 +12,9 @@ Sources/RunLoopKit/RunLoopKit.docc/Threading.md):
     Applications   keep-alive threads
 
 A file may name types declared in its own layer or below, never above, and may import only the
-modules its layer allows (Core imports neither Foundation nor Dispatch). Comments and string
+modules its layer allows (Core imports neither Foundation nor Dispatch). At the package level, no
+module under Sources imports another library's private C shim (CRunLoopKit, CRunLoopMonitor): the
+lab has its own (CRunLoopLab). Comments and string
 literals are ignored. Usage: .ci/check-layers.py [Sources/RunLoopKit]
 """
 import re
@@ -73,11 +75,30 @@ def main() -> int:
             if owner > level and re.search(rf"\b{name}\b", text):
                 print(f"{path}: error: names {name}, declared in a higher layer {LAYERS[owner]}")
                 failures += 1
+    failures += check_package_level(root.parent)
     if failures:
         print(f"layer check: {failures} violation(s)")
         return 1
     print(f"layer check: {len(files)} files, {len(declared)} types, no layer reaches up")
     return 0
+
+
+# The library modules' private C shims: only their own module may import them.
+PRIVATE_SHIMS = {"CRunLoopKit": "RunLoopKit", "CRunLoopMonitor": "RunLoopMonitor"}
+
+
+def check_package_level(sources: Path) -> int:
+    """The package level: the executables under Sources (the lab) use the products' API and their
+    own shims, never a library's private C shim."""
+    failures = 0
+    for path in sorted(sources.rglob("*.swift")):
+        module = path.relative_to(sources).parts[0]
+        for imported in IMPORT.findall(strip(path.read_text())):
+            owner = PRIVATE_SHIMS.get(imported)
+            if owner is not None and owner != module:
+                print(f"{path}: error: imports {imported}, {owner}'s private C shim")
+                failures += 1
+    return failures
 
 
 if __name__ == "__main__":

@@ -76,9 +76,6 @@ void crlk_tsan_acquire(void *address) { (void)address; }
 void crlk_tsan_release(void *address) { (void)address; }
 #endif
 
-int crlk_accept4(int fd, struct sockaddr *address, socklen_t *length, int flags) {
-    return accept4(fd, address, length, flags);
-}
 
 // MARK: fork
 

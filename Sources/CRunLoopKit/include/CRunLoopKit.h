@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <sys/types.h>
-#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -57,9 +56,6 @@ int crlk_timerfd_arm_abs(int fd, int64_t deadline_ns);
 int crlk_timerfd_arm_periodic_abs(int fd, int64_t first_ns, int64_t interval_ns);
 
 
-/// `accept4(2)`, which Swift's Glibc module does not import (glibc declares it only under
-/// `_GNU_SOURCE`, which shims.c defines).
-int crlk_accept4(int fd, struct sockaddr *address, socklen_t *length, int flags);
 
 /// A spin-wait hint to the CPU (`pause` on x86, `yield` on Arm).
 void crlk_cpu_relax(void);

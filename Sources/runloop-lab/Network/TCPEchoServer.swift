@@ -1,4 +1,4 @@
-import CRunLoopKit
+import CRunLoopLab
 import Glibc
 import Synchronization
 import RunLoopKit
@@ -256,7 +256,7 @@ public final class TCPEchoServer: Sendable, CustomStringConvertible {
                 let fd: Int32
                 do throws(Errno) {
                     fd = try Socket.retryingOnInterrupt {
-                        crlk_accept4(
+                        crll_accept4(
                             listener.descriptor, nil, nil, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
                     }
                 } catch {
