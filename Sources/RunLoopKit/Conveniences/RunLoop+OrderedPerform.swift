@@ -1,0 +1,138 @@
+import Synchronization
+
+// NSRunLoop's ordered performers: `performSelector:target:argument:order:modes:`,
+// `cancelPerformSelectorsWithTarget:` (Apple's Foundation and GNUstep).
+//
+// Apple's documentation: the message is sent "at the start of the next run loop iteration", by a
+// timer set up in the given modes; "messages with a lower order value are sent before messages
+// with a higher order value". Here: one queue of performers per loop, and one zero-delay one-shot
+// timer per mode a performer names (``RunLoop/Mode/common``'s is in every common mode). When a
+// mode's timer fires, the performers that may run in the loop's current mode run, lowest order
+// first (the earliest added first among equal orders), one at a time, at most as many as were
+// queued when it fired: those added meanwhile run in a later iteration.
+
+extension RunLoop {
+    /// Runs `block` on the loop's thread at the start of the loop's next iteration in one of
+    /// `modes`, before the performers of higher `order`: NSRunLoop's
+    /// `performSelector:target:argument:order:modes:` for closures.
+    ///
+    /// ```swift
+    /// // Layout before display, whatever order they were asked in:
+    /// loop.perform(order: 2, inModes: [.common]) { print("display") }
+    /// loop.perform(order: 1, inModes: [.common]) { print("layout") }
+    /// ```
+    ///
+    /// The performer is delivered by a zero-delay timer in each of `modes`, so it runs in the
+    /// timers phase of the next pass in one of them (and waits while the loop runs in other
+    /// modes); it runs once, in the first of its modes the loop runs. Among the performers due
+    /// then, lower orders run first, and equal orders in the order they were added. `target`
+    /// (held strongly until the performer runs or is cancelled, as NSRunLoop retains its target)
+    /// lets ``cancelOrderedPerforms(withTarget:)`` find it. Safe from any thread. An empty
+    /// `modes` does nothing.
+    public func perform(
+        order: Int, inModes modes: [Mode] = RunLoop.defaultModeOnly, target: (AnyObject & Sendable)? = nil,
+        _ block: @escaping @Sendable () -> Void
+    ) {
+        guard !modes.isEmpty else { return }
+        attachments.object(OrderedPerformers.self) { OrderedPerformers() }
+            .add(order: order, modes: modes, target: target, block, on: self)
+    }
+
+    /// Cancels the pending ordered performers made for `target` (compared by identity): none of
+    /// them will run. NSRunLoop's `cancelPerformSelectorsWithTarget:`. Safe from any thread.
+    ///
+    /// - Returns: How many performers were cancelled.
+    @discardableResult
+    public func cancelOrderedPerforms(withTarget target: AnyObject) -> Int {
+        attachments.existing(OrderedPerformers.self)?.cancel(target: target) ?? 0
+    }
+}
+
+/// A loop's ordered performers (a loop attachment).
+final class OrderedPerformers: Sendable {
+    private struct Entry {
+        let order: Int
+        let sequence: UInt64
+        let modes: [RunLoop.Mode]
+        let target: (AnyObject & Sendable)?
+        let body: @Sendable () -> Void
+    }
+
+    private struct State {
+        var entries: [Entry] = []
+        var nextSequence: UInt64 = 0
+        /// The pending zero-delay timer of each mode a performer names.
+        var timers: [RunLoop.Mode: RunLoopTimer] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    func add(
+        order: Int, modes: [RunLoop.Mode], target: (AnyObject & Sendable)?, _ body: @escaping @Sendable () -> Void,
+        on loop: RunLoop
+    ) {
+        var unique: [RunLoop.Mode] = []
+        for mode in modes where !unique.contains(mode) { unique.append(mode) }
+        let fresh = state.locked { state -> [(RunLoop.Mode, RunLoopTimer)] in
+            state.entries.append(
+                Entry(order: order, sequence: state.nextSequence, modes: unique, target: target, body: body))
+            state.nextSequence += 1
+            var fresh: [(RunLoop.Mode, RunLoopTimer)] = []
+            for mode in unique where state.timers[mode] == nil {
+                let timer = RunLoopTimer(after: .zero) { [weak self, weak loop] _ in
+                    guard let self, let loop else { return }
+                    self.fire(mode, on: loop)
+                }
+                timer.label = "perform(order:inModes:)"
+                state.timers[mode] = timer
+                fresh.append((mode, timer))
+            }
+            return fresh
+        }
+        for (mode, timer) in fresh { loop.add(timer, forMode: mode) }
+        // Added from another thread, the timers are armed; the loop sees them when it next looks
+        // at its timers (a sleeping loop is re-armed for the earlier deadline).
+    }
+
+    /// The timer of `key` fired, on the loop's thread.
+    private func fire(_ key: RunLoop.Mode, on loop: RunLoop) {
+        guard let mode = loop.currentMode else { return }
+        let isCommon = loop.commonModes.contains(mode)
+        func runsHere(_ entry: Entry) -> Bool {
+            entry.modes.contains(mode) || (isCommon && entry.modes.contains(.common))
+        }
+        // The fired one-shot timer is spent: a performer added from here on makes a new one.
+        let (limit, count) = state.locked { state -> (UInt64, Int) in
+            state.timers[key] = nil
+            return (state.nextSequence, state.entries.count { runsHere($0) })
+        }
+        var budget = count
+        while budget > 0 {
+            budget -= 1
+            let next = state.locked { state -> Entry? in
+                var best: Int?
+                for (index, entry) in state.entries.enumerated() where entry.sequence < limit && runsHere(entry) {
+                    if let chosen = best,
+                        (state.entries[chosen].order, state.entries[chosen].sequence) <= (entry.order, entry.sequence)
+                    {
+                        continue
+                    }
+                    best = index
+                }
+                return best.map { state.entries.remove(at: $0) }
+            }
+            guard let next else { return }
+            next.body()
+        }
+    }
+
+    func cancel(target: AnyObject) -> Int {
+        let removed = state.locked { state -> [Entry] in
+            let removed = state.entries.filter { $0.target === target }
+            state.entries.removeAll { $0.target === target }
+            return removed
+        }
+        // Released here, with no lock held: a target's deinit may run any code.
+        return removed.count
+    }
+}
