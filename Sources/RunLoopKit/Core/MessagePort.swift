@@ -49,7 +49,7 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
     let traceNameSlot = TraceNameSlot()
     let handler: @Sendable (Message) -> Void
     let registration = Mutex(Source1Registration())
-    private let queue = Mutex(PortQueue<Message>())
+    private let queue = SpinLocked(PortQueue<Message>())
     /// Messages are queued and the loop has not taken them yet (read without the lock).
     private let hasQueued = Atomic<Bool>(false)
     /// The batch the loop is delivering, loop thread only.
