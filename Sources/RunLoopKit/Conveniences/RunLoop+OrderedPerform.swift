@@ -71,8 +71,7 @@ final class OrderedPerformers: Sendable {
         order: Int, modes: [RunLoop.Mode], target: (AnyObject & Sendable)?, _ body: @escaping @Sendable () -> Void,
         on loop: RunLoop
     ) {
-        var unique: [RunLoop.Mode] = []
-        for mode in modes where !unique.contains(mode) { unique.append(mode) }
+        let unique = PerformModes.unique(modes)
         let fresh = state.locked { state -> [(RunLoop.Mode, RunLoopTimer)] in
             state.entries.append(
                 Entry(order: order, sequence: state.nextSequence, modes: unique, target: target, body: body))
@@ -96,11 +95,8 @@ final class OrderedPerformers: Sendable {
 
     /// The timer of `key` fired, on the loop's thread.
     private func fire(_ key: RunLoop.Mode, on loop: RunLoop) {
-        guard let mode = loop.currentMode else { return }
-        let isCommon = loop.commonModes.contains(mode)
-        func runsHere(_ entry: Entry) -> Bool {
-            entry.modes.contains(mode) || (isCommon && entry.modes.contains(.common))
-        }
+        guard let here = PerformModes(runningIn: loop) else { return }
+        func runsHere(_ entry: Entry) -> Bool { here.admit(entry.modes) }
         // The fired one-shot timer is spent: a performer added from here on makes a new one.
         let (limit, count) = state.locked { state -> (UInt64, Int) in
             state.timers[key] = nil

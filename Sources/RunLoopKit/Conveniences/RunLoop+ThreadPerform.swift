@@ -53,8 +53,7 @@ final class ThreadPerformQueue: Sendable {
 
     /// Queues `body` for `modes`; false when the loop's thread has exited (nothing queued).
     func enqueue(_ body: @escaping @Sendable () -> Void, modes: [RunLoop.Mode], on loop: RunLoop) -> Bool {
-        var unique: [RunLoop.Mode] = []
-        for mode in modes where !unique.contains(mode) { unique.append(mode) }
+        let unique = PerformModes.unique(modes)
         let queued = state.locked { state -> (fresh: [(RunLoop.Mode, RunLoopSource)], all: [RunLoopSource])? in
             guard !state.closed else { return nil }
             state.entries.append(Entry(body: body, modes: unique))
@@ -98,11 +97,10 @@ final class ThreadPerformQueue: Sendable {
     /// run in the current mode, one at a time (the queue's lock is not held while one runs), at
     /// most as many as there were when it began.
     private func performQueued(on loop: RunLoop) {
-        guard let mode = loop.currentMode else { return }
-        let isCommon = loop.commonModes.contains(mode)
-        func runsHere(_ entry: Entry) -> Bool {
-            entry.modes.contains(mode) || (isCommon && entry.modes.contains(.common))
-        }
+        guard let here = PerformModes(runningIn: loop) else { return }
+        let mode = here.mode
+        let isCommon = here.isCommon
+        func runsHere(_ entry: Entry) -> Bool { here.admit(entry.modes) }
         var budget = state.locked { state in state.entries.count { runsHere($0) } }
         while budget > 0 {
             budget -= 1

@@ -22,10 +22,10 @@ import Synchronization
 /// other thread, and glibc's per-thread caches made that slower than this lock.
 ///
 /// `@unchecked Sendable`: `filling` (and the buffer it points to) is read and written only while
-/// `locked` is held (acquired with an acquiring exchange, released with a releasing store), and
+/// `spin` is held (acquired with an acquiring exchange, released with a releasing store), and
 /// `hasPending` is atomic.
 final class BlockQueue: @unchecked Sendable {
-    private let locked = Atomic<Bool>(false)
+    private let spin = SpinLock()
     /// Owned (+1). Unmanaged so that a push touches only the buffer, not its reference count: the
     /// count's cache line would otherwise travel between the producers and the loop.
     private var filling = Unmanaged.passRetained(BlockBuffer())
@@ -87,18 +87,10 @@ final class BlockQueue: @unchecked Sendable {
     deinit { filling.release() }
 
     @inline(__always)
-    private func lock() {
-        while locked.exchange(true, ordering: .acquiring) {
-            var spins = 0
-            while locked.load(ordering: .relaxed) {
-                spins += 1
-                if spins < 64 { crlk_cpu_relax() } else { sched_yield() }
-            }
-        }
-    }
+    private func lock() { spin.lock() }
 
     @inline(__always)
-    private func unlock() { locked.store(false, ordering: .releasing) }
+    private func unlock() { spin.unlock() }
 }
 
 /// A growable array of pending blocks that are moved in at the back and out at the front: the

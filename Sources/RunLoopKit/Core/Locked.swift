@@ -25,23 +25,18 @@ extension Mutex where Value: ~Copyable {
     }
 }
 
-/// A value behind a test-and-test-and-set lock, for critical sections of a few nanoseconds that
-/// two threads hit at once (a port's producer and its loop): `Mutex` sends a contended waiter down
-/// its kernel slow path, which costs more than the section itself (see ``BlockQueue``). Waiters
-/// spin with a CPU pause, then yield the CPU if the holder was descheduled. No user code runs
-/// under it.
-///
-/// `@unchecked Sendable`: `value` is read and written only between an acquiring exchange of
-/// `held` and its releasing store, which ThreadSanitizer sees as atomics.
-final class SpinLocked<Value>: @unchecked Sendable {
+/// A test-and-test-and-set lock for critical sections of a few nanoseconds that two threads hit
+/// at once (a queue's producer and its loop): `Mutex` sends a contended waiter down its kernel
+/// slow path, which costs more than such a section. Waiters spin with a CPU pause, then yield the
+/// CPU if the holder was descheduled. ThreadSanitizer sees its ordering (atomics). No user code
+/// may run under it.
+struct SpinLock: ~Copyable, Sendable {
     private let held = Atomic<Bool>(false)
-    private var value: Value
 
-    init(_ value: Value) { self.value = value }
+    init() {}
 
-    /// Runs `body` with the value, under the lock.
     @inline(__always)
-    func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+    func lock() {
         while held.exchange(true, ordering: .acquiring) {
             var spins = 0
             while held.load(ordering: .relaxed) {
@@ -49,7 +44,26 @@ final class SpinLocked<Value>: @unchecked Sendable {
                 if spins < 64 { crlk_cpu_relax() } else { sched_yield() }
             }
         }
-        defer { held.store(false, ordering: .releasing) }
+    }
+
+    @inline(__always)
+    func unlock() { held.store(false, ordering: .releasing) }
+}
+
+/// A value behind a ``SpinLock`` (a port's queue: see ``BlockQueue`` for why not `Mutex`).
+///
+/// `@unchecked Sendable`: `value` is read and written only while `spin` is held.
+final class SpinLocked<Value>: @unchecked Sendable {
+    private let spin = SpinLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    /// Runs `body` with the value, under the lock.
+    @inline(__always)
+    func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        spin.lock()
+        defer { spin.unlock() }
         return try body(&value)
     }
 }

@@ -42,10 +42,20 @@ import Testing
     /// alone (a main actor's `Task.sleep`, `asyncAfter`) until stopped. CoreFoundation first, then
     /// RunLoopKit, each in its own process: same trace.
     @Test func mainQueueIsServedInCommonModesOnlyAsInCoreFoundation() throws {
-        let cf = try #require(runMainQueueProbe("cf", "modes"))
-        let rlk = try #require(runMainQueueProbe("rlk", "modes"))
-        #expect(cf.lines == Self.modesTrace, "CoreFoundation's trace changed:\n\(cf.report)")
-        #expect(rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)")
+        try expectSameAsCoreFoundation("modes", Self.modesTrace)
+    }
+
+    /// Runs `scenario` of the probe on CoreFoundation (its trace must be `cfTrace`) and on
+    /// RunLoopKit (its trace must be CoreFoundation's), each in its own process.
+    private func expectSameAsCoreFoundation(
+        _ scenario: String, _ cfTrace: [String], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let cf = try #require(runMainQueueProbe("cf", scenario), sourceLocation: sourceLocation)
+        let rlk = try #require(runMainQueueProbe("rlk", scenario), sourceLocation: sourceLocation)
+        #expect(cf.lines == cfTrace, "CoreFoundation's trace changed:\n\(cf.report)", sourceLocation: sourceLocation)
+        #expect(
+            rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)",
+            sourceLocation: sourceLocation)
     }
 
     /// CoreFoundation's trace of `MainQueueProbe cf activities`: the main queue's port checked
@@ -118,10 +128,7 @@ import Testing
     /// `kCFRunLoopBeforeWaiting` (`didDispatchPortLastTime`), which activity-based lag monitors
     /// see. CoreFoundation first, then RunLoopKit, each in its own process: same trace.
     @Test func theMainQueuesPortIsCheckedBeforeSleepingAsInCoreFoundation() throws {
-        let cf = try #require(runMainQueueProbe("cf", "activities"))
-        let rlk = try #require(runMainQueueProbe("rlk", "activities"))
-        #expect(cf.lines == Self.activitiesTrace, "CoreFoundation's trace changed:\n\(cf.report)")
-        #expect(rlk.lines == cf.lines, "RunLoopKit differs from CoreFoundation:\n\(rlk.report)\nCF:\n\(cf.report)")
+        try expectSameAsCoreFoundation("activities", Self.activitiesTrace)
     }
 
     /// Both loops in one process: CoreFoundation's main loop run inside a RunLoopKit timer, and
