@@ -42,7 +42,7 @@ extension RunLoop {
         let (modes, commonModes, current, commonSources, commonTimers, commonObservers, armed) = snapshot
         var lines: [String] = []
         lines.append(
-            "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wakeRequested.load(ordering: .relaxed)),")
+            "\(shortDescription) {sleeping = \(isWaiting), wake requested = \(wake.hasRequest),")
         if let backend {
             let (epoll, wakeUp, timer) = backend.descriptors
             let armedText =
@@ -53,7 +53,7 @@ extension RunLoop {
             lines.append("wake-up = futex (no descriptors: the loop could not open its epoll set),")
         }
         lines.append(
-            "stopped = \(stopRequest.load(ordering: .relaxed) != 0), ignoring wake-ups = \(!acceptsWakeUps.load(ordering: .relaxed)),")
+            "stopped = \(wake.hasStopRequest), ignoring wake-ups = \(!wake.accepting.load(ordering: .relaxed)),")
         lines.append("current mode = \(current?.rawValue ?? "(none)"),")
         lines.append("common modes = { \(commonModes.map(\.rawValue).joined(separator: ", ")) },")
         lines.append(

@@ -200,7 +200,7 @@ extension RunLoop {
                 // announced (no beforeWaiting, no afterWaiting), and timers wait for the next pass.
                 // wakeUp() is ignored from here to the next pass, as after a wait (handle_msg sets
                 // CF's ignore-wakeups flag on this path too): this pass has no wait to consume one.
-                acceptsWakeUps.store(false, ordering: .relaxed)
+                wake.stopAccepting()
                 source1Handled = serveDispatchPort(&context)
             } else {
                 sleepAndWake(&context, poll: poll)
@@ -273,9 +273,7 @@ extension RunLoop {
     private func sleepAndWake(_ context: inout RunContext, poll: Bool) {
         if !poll { doObservers(.beforeWaiting, &context) }
         wait(&context, poll: poll)
-        // As CoreFoundation: from the end of the wait to the next pass, wakeUp() is ignored
-        // (this pass handles what the wait found; the next looks at everything anyway).
-        acceptsWakeUps.store(false, ordering: .relaxed)
+        wake.stopAccepting()
         // A phase watch that began while the loop slept stamps the rest of this pass (a
         // monitor needs the wake's time; one sleep may have lasted since before it watched).
         if _slowPath(context.pass.flags == 0) {
@@ -752,7 +750,7 @@ extension RunLoop {
         if _slowPath(confined.virtualTime != nil) { return waitOnVirtualTime(&context, poll: poll) }
         guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
         if poll || sources1Pending(context) {
-            _ = consumeWakeUp()
+            _ = wake.takeRequest()
             askKernel(&context, backend)
             return
         }
@@ -761,44 +759,35 @@ extension RunLoop {
         // After a wakeup from another thread more work usually follows within microseconds:
         // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
         if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
-            _ = consumeWakeUp()
+            _ = wake.takeRequest()
             return
         }
-        sleeping.store(true, ordering: .sequentiallyConsistent)
-        if consumeWakeUp() || handedOverWorkPending(context) {
-            sleeping.store(false, ordering: .sequentiallyConsistent)
+        wake.announceSleep()
+        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) {
             confined.recentCrossThreadWakeUp = true
             askKernel(&context, backend)
             return
         }
         switch planSleep(context) {
         case .none:
-            sleeping.store(false, ordering: .sequentiallyConsistent)
+            wake.endSleep()
             askKernel(&context, backend)
         case .spin(let until):
-            sleeping.store(false, ordering: .sequentiallyConsistent)
+            wake.endSleep()
             spinUntilTimer(until, &context, backend)
         case .kernel:
             let set = context.items.interestSet ?? backend.baseSet
             var outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
-            while isStaleWakeUp(outcome, context) {
+            while wake.isStale(
+                wokenByEventfd: outcome.wokenByAnotherThread,
+                foundOtherWork: outcome.timerExpired || !context.scratch.kernelEvents.isEmpty,
+                attention: { source1Attention.load(ordering: .sequentiallyConsistent) })
+            {
                 outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
             }
-            sleeping.store(false, ordering: .sequentiallyConsistent)
+            wake.endSleep()
             confined.recentCrossThreadWakeUp = takeWaitOutcome(outcome)
         }
-    }
-
-    /// Whether a sleep ended only by an eventfd write whose request the loop has already taken:
-    /// a waker that saw `sleeping` just as the loop took its request without sleeping (see the
-    /// wake protocol in RunLoop.swift) writes the eventfd late, after that pass. Every write
-    /// follows a request, so with no request pending nothing asked for a pass, and the loop
-    /// sleeps on. A request made after this check finds `sleeping` still set and writes again.
-    @inline(__always)
-    private func isStaleWakeUp(_ outcome: EpollBackend.WaitOutcome, _ context: RunContext) -> Bool {
-        outcome.wokenByAnotherThread && !outcome.timerExpired && context.scratch.kernelEvents.isEmpty
-            && !wakeRequested.load(ordering: .sequentiallyConsistent)
-            && !source1Attention.load(ordering: .sequentiallyConsistent)
     }
 
     /// Whether the loop has input its next pass would handle, so that it would not sleep now: a
@@ -813,7 +802,7 @@ extension RunLoop {
     ///   non-blocking `epoll_wait`.
     public var hasPendingInput: Bool {
         guard isCurrent else { return false }
-        if wakeRequested.load(ordering: .relaxed) || source1Attention.load(ordering: .relaxed) { return true }
+        if wake.hasRequest || source1Attention.load(ordering: .relaxed) { return true }
         let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
             guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
             let mode = state.modes[index]
@@ -876,22 +865,22 @@ extension RunLoop {
     /// the next timer, the run's deadline, or the next attempt to open them.
     private func waitWithoutDescriptors(_ context: inout RunContext, poll: Bool) {
         if poll || sources1Pending(context) {
-            _ = consumeWakeUp()
+            _ = wake.takeRequest()
             return
         }
         enterPhase(.waiting, &context)
         if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
         sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
-        sleeping.store(true, ordering: .sequentiallyConsistent)
-        defer { sleeping.store(false, ordering: .sequentiallyConsistent) }
-        if consumeWakeUp() || handedOverWorkPending(context) { return }
+        wake.announceSleep()
+        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) { return }
+        defer { wake.endSleep() }
         let deadline = state.locked { state in
             min(state.modes[context.modeIndex].timers.coalescedDeadline(), context.deadline)
         }
         let now = LoopClock.now()
         guard deadline > now else { return }
         futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
-        _ = consumeWakeUp()
+        _ = wake.takeRequest()
     }
 
     /// The wait of a loop on virtual time (VirtualTime.swift): it never blocks. Descriptors are
@@ -909,17 +898,17 @@ extension RunLoop {
             control.record(broken, at: LoopClock.now())
             control.countUnwoundRun()
             if context.deadline != LoopClock.never { crlk_set_virtual_now(max(context.deadline, LoopClock.now())) }
-            stopRequest.store(context.id, ordering: .relaxed)
+            wake.stopRun(context.id)
             return
         }
         if poll || sources1Pending(context) {
-            _ = consumeWakeUp()
+            _ = wake.takeRequest()
             if let backend { askKernel(&context, backend) }
             return
         }
         enterPhase(.waiting, &context)
         if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
-        let wokenUp = consumeWakeUp() || handedOverWorkPending(context)
+        let wokenUp = wake.takeRequest() || handedOverWorkPending(context)
         if let backend { askKernel(&context, backend) }
         if wokenUp || !context.scratch.kernelEvents.isEmpty { return }
         let now = LoopClock.now()
@@ -927,16 +916,16 @@ extension RunLoop {
         if timerDeadline <= now { return }  // This pass fires it.
         if control.stopWhenIdle && confined.runDepth == 1 {
             control.record(.idle, at: now)
-            stopRequest.store(context.id, ordering: .relaxed)
+            wake.stopRun(context.id)
             return
         }
-        let wake = min(timerDeadline, context.deadline)
-        guard wake != LoopClock.never else {
+        let wakeAt = min(timerDeadline, context.deadline)
+        guard wakeAt != LoopClock.never else {
             control.record(.sleepsForever, at: now)
-            stopRequest.store(context.id, ordering: .relaxed)
+            wake.stopRun(context.id)
             return
         }
-        crlk_set_virtual_now(max(wake, now))
+        crlk_set_virtual_now(max(wakeAt, now))
     }
 
     /// Whether a pass in `mode` would have work now: blocks for it, a signalled version-0 source,
@@ -957,8 +946,7 @@ extension RunLoop {
             )
         }
         guard let found else { return false }
-        if found.timer <= LoopClock.now() || wakeRequested.load(ordering: .relaxed)
-            || source1Attention.load(ordering: .relaxed)
+        if found.timer <= LoopClock.now() || wake.hasRequest || source1Attention.load(ordering: .relaxed)
         {
             return true
         }
@@ -980,7 +968,7 @@ extension RunLoop {
     private func takeWaitOutcome(_ outcome: EpollBackend.WaitOutcome) -> Bool {
         // An exchange, not a store: it synchronizes with the waker, so what it queued before
         // waking is seen by the phases that follow.
-        if outcome.wokenByAnotherThread { _ = consumeWakeUp() }
+        if outcome.wokenByAnotherThread { _ = wake.takeRequest() }
         if outcome.timerExpired { state.locked { $0.armedDeadline = LoopClock.never } }
         return outcome.wokenByAnotherThread
     }
@@ -992,9 +980,9 @@ extension RunLoop {
     private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ backend: EpollBackend) {
         var spins = 0
         while true {
-            if wakeRequested.load(ordering: .relaxed) {
+            if wake.hasRequest {
                 // An exchange, not a store: it synchronizes with the waker (see wait).
-                _ = consumeWakeUp()
+                _ = wake.takeRequest()
                 confined.recentCrossThreadWakeUp = true
                 askKernel(&context, backend)
                 return
@@ -1019,7 +1007,7 @@ extension RunLoop {
     private func spinForWakeUp() -> Bool {
         let limit = LoopClock.now() &+ LoopThreadState.spinNanoseconds
         var spins = 0
-        while !wakeRequested.load(ordering: .relaxed) {
+        while !wake.hasRequest {
             crlk_cpu_relax()
             spins &+= 1
             if spins & 31 == 0, LoopClock.now() >= limit {
@@ -1038,18 +1026,14 @@ extension RunLoop {
     ) -> RunContext {
         confined.nextRunID += 1
         let id = confined.nextRunID
-        let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
+        let entry = wake.beginRun(id)
         let scratch = confined.spareScratch.popLast() ?? RunScratch()
-        // A run hears wakeUp() from its start (CoreFoundation's per-run data starts so).
-        let outerAccepts = acceptsWakeUps.load(ordering: .relaxed)
-        acceptsWakeUps.store(true, ordering: .relaxed)
-        wakeUpIgnored.store(false, ordering: .relaxed)
         confined.runDepth += 1
         if confined.runDepth == 1 { pickUpTraceBuffer() }
         var context = RunContext(
-            id: id, outerID: outer, mode: mode, modeIndex: modeIndex, deadline: deadline,
+            id: id, wakeEntry: entry, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
-            outerAcceptsWakeUps: outerAccepts, outerPhase: confined.phase,
+            outerPhase: confined.phase,
             outerPhaseStartNs: instrumentation.phaseStartNs.load(ordering: .relaxed))
         context.pass.tracing = confined.tracer != nil
         return context
@@ -1057,17 +1041,14 @@ extension RunLoop {
 
     private func endRun(_ context: inout RunContext) {
         confined.runDepth -= 1
-        // wakeUp() calls this run ignored must not end the enclosing run's sleep (CoreFoundation
-        // never sends them); what other requests were for, the enclosing wait looks at itself.
-        dropIgnoredWakeUp()
-        if context.outerID != 0 {
+        if context.wakeEntry.outerRun != 0 {
             // This run may have taken work meant for the enclosing run's mode: a port's attention
             // (cleared while scanning only this mode's sources) and blocks (moved from the inbox
             // to the loop's own queue). The enclosing run looks again before it sleeps.
             if context.tookAttention { source1Attention.store(true, ordering: .sequentiallyConsistent) }
             if !confined.blocks.isEmpty { confined.blocksTakenByNestedRun = true }
         }
-        acceptsWakeUps.store(context.outerAcceptsWakeUps, ordering: .relaxed)
+        wake.endRun(context.id, context.wakeEntry)
         // The enclosing run's phase again (with the latest generation: the loop moved on), its
         // times first so that a reader of the new phase word finds them.
         if instrumentation.flags.load(ordering: .relaxed) != 0 {
@@ -1076,8 +1057,6 @@ extension RunLoop {
             instrumentation.busyStartNs.store(LoopClock.now(), ordering: .releasing)
         }
         publishPhase(context.outerPhase)
-        innermostRun.store(context.outerID, ordering: .releasing)
-        _ = stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .relaxed)
         state.locked { _ = $0.runningModes.popLast() }
         confined.spareScratch.append(context.scratch)
         context.scratch = RunScratch()
@@ -1124,20 +1103,12 @@ extension RunLoop {
         return !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }
 
-    /// Starts a pass as CoreFoundation does: ``wakeUp()`` is heard again, and a wakeup it kept
-    /// (asked for during an earlier part of the run, e.g. in an `entry` observer) still ends the
-    /// next sleep. A wakeup only the library asked for (a block performed, a port's message) is
-    /// dropped: the pass looks at every block and source anyway, so it would only make the sleep
-    /// return at once for nothing. The exchange (not a store) synchronizes with the waker, so what
-    /// it queued before waking is seen by this pass.
+    /// Starts a pass as CoreFoundation does (the wake protocol's `beginPass`: ``wakeUp()`` heard
+    /// again, a kept user wakeup still pending, a library one dropped), and resets the pass's
+    /// instrumentation.
     @inline(__always)
     private func beginPass(_ context: inout RunContext) {
-        acceptsWakeUps.store(true, ordering: .relaxed)
-        dropIgnoredWakeUp()
-        // After the drop: its exchange synchronizes with the ignored waker's request, which
-        // follows its store of the flag.
-        context.ignoredWakeUp =
-            wakeUpIgnored.load(ordering: .relaxed) && wakeUpIgnored.exchange(false, ordering: .relaxed)
+        context.ignoredWakeUp = wake.beginPass()
         confined.generation &+= 1
         // Not published yet: the pass's first phase publishes it with the new generation.
         confined.phase = .notRunning
@@ -1239,14 +1210,6 @@ extension RunLoop {
         }
     }
 
-    /// Drops a pending wakeup unless ``wakeUp()`` or ``stop()`` asked for it while it was heard.
-    @inline(__always)
-    private func dropIgnoredWakeUp() {
-        if wakeRequested.load(ordering: .acquiring) && !userWakeUpPending.load(ordering: .relaxed) {
-            _ = wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
-        }
-    }
-
     /// Work another thread handed over with a wakeup request that a nested run dropped: blocks,
     /// a version-1 source's attention, a stop of this run. Checked once the loop has announced its
     /// sleep, so a request made after that wakes it the usual way.
@@ -1259,7 +1222,7 @@ extension RunLoop {
             }
         }
         return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
-            || stopRequest.load(ordering: .sequentiallyConsistent) == context.id
+            || wake.stopPending(context.id)
             || context.ignoredWakeUp && hasNoWork(context)
     }
 
@@ -1271,22 +1234,9 @@ extension RunLoop {
     // ignored wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run
     // whose only work was a block).
 
-    /// Takes a pending wakeup: the wait it ends has consumed it (CoreFoundation's wait drains the
-    /// wakeup port whether it sleeps or polls).
-    @inline(__always)
-    private func consumeWakeUp() -> Bool {
-        // A plain load first: a poll with nothing pending (the common case) writes nothing.
-        guard wakeRequested.load(ordering: .sequentiallyConsistent),
-            wakeRequested.exchange(false, ordering: .sequentiallyConsistent)
-        else { return false }
-        userWakeUpPending.store(false, ordering: .relaxed)
-        return true
-    }
-
     @inline(__always)
     private func consumeStop(_ context: RunContext) -> Bool {
-        stopRequest.load(ordering: .relaxed) == context.id
-            && stopRequest.compareExchange(expected: context.id, desired: 0, ordering: .acquiring).exchanged
+        wake.takeStop(context.id)
     }
 
     /// With `RUNLOOPKIT_DEBUG=1`, logs a run that returned at once because its mode is empty: the
@@ -1311,16 +1261,15 @@ extension RunLoop {
 /// What one run (one call of `run(mode:for:…)`) carries through its passes.
 struct RunContext {
     let id: UInt64
-    let outerID: UInt64
+    /// The enclosing run's id and whether it heard ``RunLoop/wakeUp()`` when this one began
+    /// (restored at its end, as CoreFoundation pops its per-run data).
+    let wakeEntry: WakeProtocol.RunEntry
     let mode: RunLoop.Mode
     let modeIndex: Int
     let deadline: Int64
     let pollOnly: Bool
     let returnAfterSourceHandled: Bool
     var scratch: RunScratch
-    /// Whether the enclosing run heard ``RunLoop/wakeUp()`` when this one began (restored at its
-    /// end, as CoreFoundation pops its per-run data).
-    let outerAcceptsWakeUps: Bool
     var items = ModeItems()
     /// Whether this run has looked at every version-1 source of its mode for work that came while
     /// the loop ran in other modes (it does on its first pass).

@@ -31,20 +31,8 @@ import SystemPackage
 // from add/remove/invalidate of a version-0 source (onSchedule/onCancel, on the calling thread),
 // and from the thread-exit teardown (onCancel, deinits).
 //
-// The wake protocol. The loop sleeps only after announcing it; a waker writes the eventfd only
-// when the loop has announced its sleep and no wakeup is pending:
-//   loop (wait):           sleeping = true;  if wakeRequested (exchange) or handed-over work
-//                          { sleeping = false; don't sleep }; else EpollBackend.wait
-//   waker (requestWakeUp): fence; if wakeRequested { return }; if exchange(wakeRequested, true)
-//                          { return }; if sleeping { backend.signal() (write the eventfd) }
-// Each side stores one flag and then loads the other's (the store-buffer, or Dekker, pattern).
-// With acquire/release only, both loads may read the old values (each store still in its core's
-// store buffer): the loop sleeps and the waker does not write, a lost wakeup. Sequential
-// consistency puts the four operations in one order, so one side sees the other. The fence orders
-// the waker's own earlier stores (the block pushed, the source's attention flag) before its early
-// return on a pending request. `source1Attention` is stored sequentially consistently for the same
-// reason. Only the loop's thread writes `sleeping`; any thread writes `wakeRequested`; only the
-// loop clears it, with an exchange that synchronizes with the waker's.
+// The wake protocol (whether a pass sleeps, what ends a sleep, and why no wakeup is lost) is
+// written once, with its table of flags and transitions, at the top of Loop/WakeProtocol.swift.
 
 /// A thread's event loop, with CoreFoundation's semantics (CFRunLoop / NSRunLoop), for Linux.
 ///
@@ -94,20 +82,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let ownerName: String
     let isMainLoop: Bool
 
-    /// Set while the loop sleeps (or is about to); wakers write the eventfd only then.
-    let sleeping = Atomic<Bool>(false)
-    /// A wakeup was asked for and not yet consumed; makes the next sleep return at once.
-    let wakeRequested = Atomic<Bool>(false)
-    /// Whether a ``wakeUp()`` now is kept until a wait consumes it: CoreFoundation's
-    /// `ignoreWakeUps`, inverted. False while the loop is not running and from the end of each
-    /// wait to the next pass. Written by the loop's thread only.
-    let acceptsWakeUps = Atomic<Bool>(false)
-    /// The pending wakeup includes one asked for with ``wakeUp()`` or ``stop()``, which a new pass
-    /// keeps (see `beginPass`); relaxed, ordered by `wakeRequested`.
-    let userWakeUpPending = Atomic<Bool>(false)
-    /// A ``wakeUp()`` came while the loop did not hear them (see `beginPass` and `handedOverWorkPending`
-    /// in RunLoop+Run.swift); relaxed, ordered by `wakeRequested`.
-    let wakeUpIgnored = Atomic<Bool>(false)
+    /// Whether the loop sleeps and what ends its sleep: wakeup requests, the ignore window, stops
+    /// (Loop/WakeProtocol.swift).
+    let wake = WakeProtocol()
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
@@ -115,10 +92,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
     let blocksClosed = Atomic<Bool>(false)
-    /// The id of the innermost run in progress, 0 when not running.
-    let innermostRun = Atomic<UInt64>(0)
-    /// The id of the run ``stop()`` asked to end.
-    let stopRequest = Atomic<UInt64>(0)
     /// A version-1 source has something to deliver that its epoll events do not show (a message
     /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
     /// sources.
@@ -714,12 +687,12 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         // is not free (reference counting on the shared empty storage).
         var dropped: ContiguousArray<TimerEntry>? = nil
         var errors: [String]? = nil
-        var wake = false
+        var wakeAfterChange = false
         let result = state.locked { state in
             let result = body(&state)
             if state.wakeAfterChange {
                 state.wakeAfterChange = false
-                wake = true
+                wakeAfterChange = true
             }
             if !state.graveyard.isEmpty {
                 dropped = state.graveyard
@@ -733,7 +706,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         }
         if let dropped { for entry in dropped { entry.release() } }
         if let errors { for message in errors { Diagnostics.error(message) } }
-        if wake { requestWakeUp() }
+        if wakeAfterChange { requestWakeUp() }
         return result
     }
 
@@ -754,19 +727,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// is then empty: the run returns ``RunResult/finished``. So emptying a mode from another
     /// thread and then calling `wakeUp()` always ends the run.
     public func wakeUp() {
-        // The flag only sorts wakeups into kept and ignored (a new pass drops ignored ones, see
-        // beginPass); the request itself is always made, so a stale read here can cost an extra
-        // pass, never a lost wakeup.
-        if acceptsWakeUps.load(ordering: .relaxed) {
-            userWakeUpPending.store(true, ordering: .relaxed)
-        } else {
-            wakeUpIgnored.store(true, ordering: .relaxed)
-        }
-        requestWakeUp()
+        if wake.requestByUser().mustSignal { signalSleeper() }
     }
 
     /// Whether the loop is sleeping in the kernel right now (or about to).
-    public var isWaiting: Bool { sleeping.load(ordering: .acquiring) }
+    public var isWaiting: Bool { wake.sleeping.load(ordering: .acquiring) }
 
     /// How long before a timer is due the loop stops sleeping in the kernel and spins instead,
     /// trading CPU time for punctuality. `.zero` (the default) sleeps until the timer is due, as
@@ -788,8 +753,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Ends the innermost run in progress with ``RunResult/stopped``. Safe from any thread. A stop
     /// while the loop is not running is dropped, as in CoreFoundation.
     public func stop() {
-        let run = innermostRun.load(ordering: .acquiring)
-        guard run != 0 else {
+        guard wake.requestStop() else {
             if Diagnostics.debugEnabled {
                 Diagnostics.warning(
                     "stop() on \(shortDescription), which is not running: dropped, as CoreFoundation drops it (to stop a keep-alive loop, perform { loop.stop() } on it, or clear its keep-running flag)"
@@ -797,23 +761,20 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             }
             return
         }
-        stopRequest.store(run, ordering: .releasing)
         // CFRunLoopStop wakes the loop as CFRunLoopWakeUp does; a pass in progress ends with the
         // stop at its end in any case.
         wakeUp()
     }
 
-    /// The coalesced wakeup: flags the request, and writes the eventfd only if the loop sleeps and
-    /// no other waker got there first.
+    /// The coalesced wakeup: asks for it, and writes the eventfd only if the loop sleeps and no
+    /// other waker got there first (the wake protocol's `request`).
     @inline(__always)
     func requestWakeUp() {
-        // The wake protocol at the top of this file. A plain load first: while a wakeup is pending
-        // (the common case under load) the flag's cache line stays shared; returning on `true` is
-        // safe because the fence ordered this waker's work before the load.
-        atomicMemoryFence(ordering: .sequentiallyConsistent)
-        if wakeRequested.load(ordering: .sequentiallyConsistent) { return }
-        if wakeRequested.exchange(true, ordering: .sequentiallyConsistent) { return }
-        guard sleeping.load(ordering: .sequentiallyConsistent) else { return }
+        if wake.request() { signalSleeper() }
+    }
+
+    /// Wakes the sleeping loop: writes its eventfd, or posts its futex while it has no descriptors.
+    private func signalSleeper() {
         preconditionNotForked("wakeUp()")
         if sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
             futex.post()
