@@ -4,7 +4,7 @@ import Testing
 
 @testable import RunLoopKit
 
-/// The instrumentation seam (Core/Instrumentation.swift): a loop's phase and generation, readable from any thread;
+/// The instrumentation seam (Core/Instrumentation/Instrumentation.swift): a loop's phase and generation, readable from any thread;
 /// phase start times while watched; per-pass reports while a reporter is installed.
 @Suite struct InstrumentationTests {
     /// Another thread sees the loop stuck in a timer handler (phase `timers`, a generation that

@@ -6,7 +6,7 @@ import Testing
 // every interleaving up to a preemption bound (InterleavingExplorer.swift).
 //
 // The model: actor 0 is the loop. It calls the protocol's steps in the order the run algorithm
-// does (RunLoop+Run.swift: beginRun, beginPass, doBlocks, a callout that may run the loop nested,
+// does (RunLoop+Run.swift and RunLoop+Wait.swift: beginRun, beginPass, doBlocks, a callout that may run the loop nested,
 // wait, stopAccepting, doBlocks, takeStop, endRun); its kernel wait is a modeled eventfd that
 // blocks the actor. The other actors are wakers: a thread performing blocks (push, then
 // `request`, then write the eventfd if told to), `wakeUp()`, `stop()`. Each step either actor can
@@ -126,7 +126,7 @@ fileprivate final class WakeModel: @unchecked Sendable {
         return woken
     }
 
-    /// `handedOverWorkPending` (RunLoop+Run.swift), for the model's work: blocks only.
+    /// `handedOverWorkPending` (RunLoop+Wait.swift), for the model's work: blocks only.
     private func handedOver(_ id: UInt64, _ mode: Mode, _ ignored: Bool) -> Bool {
         if blocksTakenByNestedRun {
             blocksTakenByNestedRun = false

@@ -4,7 +4,7 @@ import SystemPackage
 
 /// Version-1 sources: adding, removing and the bookkeeping behind ``FileDescriptorSource`` and
 /// ``MessagePort``. Which descriptors a mode watches is decided here; the kernel calls are
-/// `EpollBackend`'s. The phase that handles them is `doSources1` in RunLoop+Run.swift.
+/// `EpollBackend`'s. The phase that handles them is `doSources1` in Loop/RunLoop+Run.swift.
 extension RunLoop {
     // MARK: Descriptor sources
 
@@ -350,7 +350,7 @@ extension RunLoop {
 
     /// Tells the loop a version-1 source has something to deliver, and wakes it. Any thread.
     func source1NeedsAttention() {
-        // Sequentially consistent: see the wake protocol in RunLoop.swift (with a releasing store a
+        // Sequentially consistent: see the wake protocol in Loop/WakeProtocol.swift (with a releasing store a
         // sender can be left with the loop asleep: MessagePortTests.aSenderIsNeverLeftWithTheLoopAsleep).
         source1Attention.store(true, ordering: .sequentiallyConsistent)
         requestWakeUp()

@@ -1,0 +1,310 @@
+import CRunLoopKit
+import DequeModule
+import Glibc
+import SystemPackage
+
+// The middle of a pass (see RunLoop+Run.swift): whether it sleeps, and how: in the kernel, on a
+// futex without descriptors, on the CPU before a timer, or on virtual time. The sleep decision
+// itself is the wake protocol's (Loop/WakeProtocol.swift).
+
+extension RunLoop {
+    /// Sleeps until a wakeup, the mode's next timer (within its tolerance) or the run's deadline;
+    /// a poll only asks the kernel which descriptors are ready. What woke the loop is left for the
+    /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
+    func wait(_ context: inout RunContext, poll: Bool) {
+        prepareToWait(&context)
+        if _slowPath(confined.virtualTime != nil) { return waitOnVirtualTime(&context, poll: poll) }
+        guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
+        if poll || sources1Pending(context) {
+            _ = wake.takeRequest()
+            askKernel(&context, backend)
+            return
+        }
+        enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
+        // After a wakeup from another thread more work usually follows within microseconds:
+        // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
+        if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
+            _ = wake.takeRequest()
+            return
+        }
+        wake.announceSleep()
+        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) {
+            confined.recentCrossThreadWakeUp = true
+            askKernel(&context, backend)
+            return
+        }
+        switch planSleep(context) {
+        case .none:
+            wake.endSleep()
+            askKernel(&context, backend)
+        case .spin(let until):
+            wake.endSleep()
+            spinUntilTimer(until, &context, backend)
+        case .kernel:
+            let set = context.items.interestSet ?? backend.baseSet
+            var outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            while wake.isStale(
+                wokenByEventfd: outcome.wokenByAnotherThread,
+                foundOtherWork: outcome.timerExpired || !context.scratch.kernelEvents.isEmpty,
+                attention: { source1Attention.load(ordering: .sequentiallyConsistent) })
+            {
+                outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+            }
+            wake.endSleep()
+            confined.recentCrossThreadWakeUp = takeWaitOutcome(outcome)
+        }
+    }
+
+    /// Whether the loop has input its next pass would handle, so that it would not sleep now: a
+    /// wakeup requested (``wakeUp()``, a block or message from another thread), a port message,
+    /// a timer of the current mode that is due, or a ready descriptor of the current mode (asked
+    /// of the kernel without taking it). What idle-time work checks between tasks to yield at
+    /// once to real input (see `RunLoopScheduling`'s `IdleDeadline`).
+    ///
+    /// Meaningful on the loop's own thread while it runs; false elsewhere.
+    ///
+    /// - Complexity: O(1) and no system call when the mode watches no descriptor; otherwise one
+    ///   non-blocking `epoll_wait`.
+    public var hasPendingInput: Bool {
+        guard isCurrent else { return false }
+        if wake.hasRequest || source1Attention.load(ordering: .relaxed) { return true }
+        let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
+            guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
+            let mode = state.modes[index]
+            return (mode.timers.coalescedDeadline(), mode.descriptors.isEmpty ? nil : mode.interestSet)
+        }
+        if timerDeadline != LoopClock.never && timerDeadline <= LoopClock.now() { return true }
+        guard let set, let backend else { return false }
+        return backend.hasReadyDescriptor(in: set)
+    }
+
+    /// Brings the kernel side up to date before a wait: the loop's descriptors opened if it lacks
+    /// them, the mode's interest set made (or made anew), and the item lists re-read (observers
+    /// just called may have changed them; a nested run may even have made this mode's set anew).
+    private func prepareToWait(_ context: inout RunContext) {
+        if !hasKernelDescriptors { openKernelDescriptors() }
+        refreshItems(&context)
+        if context.items.needsInterestSet {
+            // Its descriptor sources joined while its set could not be made: try again.
+            mutatingItems { state in _ = interestSet(context.modeIndex, &state) }
+            refreshItems(&context)
+        } else if context.items.interestSetStale {
+            mutatingItems { state in remakeInterestSet(context.modeIndex, &state) }
+            refreshItems(&context)
+        }
+    }
+
+    /// Whether a version-1 source has work that no descriptor shows (a port's messages, possibly
+    /// sent while the loop ran in another mode): it keeps the loop awake, as a Mach port with a
+    /// message does in CoreFoundation.
+    @inline(__always)
+    private func sources1Pending(_ context: RunContext) -> Bool {
+        source1Attention.load(ordering: .sequentiallyConsistent)
+            || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
+    }
+
+    /// How the loop waits once it has announced its sleep: not at all (the deadline passed), in
+    /// the kernel with the timerfd armed for the deadline, or on the CPU until a timer is due.
+    private func planSleep(_ context: RunContext) -> SleepPlan {
+        let spinWindow = timerSpinNs.load(ordering: .relaxed)
+        return withState { state -> SleepPlan in
+            let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
+            var deadline = min(timerDeadline, context.deadline)
+            let now = LoopClock.now()
+            guard deadline > now else { return .none }
+            if context.items.needsInterestSet {
+                deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNanoseconds))
+            }
+            if spinWindow > 0 && timerDeadline <= context.deadline {
+                // A timer ends this sleep: wake `spinWindow` early and spin the rest.
+                let early = timerDeadline.subtractingSaturated(spinWindow)
+                if early <= now { return .spin(until: timerDeadline) }
+                deadline = early
+            }
+            if deadline != state.armedDeadline { arm(&state, deadline) }
+            return .kernel
+        }
+    }
+
+    /// The wait of a loop that could not open its kernel descriptors: on a futex, until a wakeup,
+    /// the next timer, the run's deadline, or the next attempt to open them.
+    private func waitWithoutDescriptors(_ context: inout RunContext, poll: Bool) {
+        if poll || sources1Pending(context) {
+            _ = wake.takeRequest()
+            return
+        }
+        enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
+        sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
+        wake.announceSleep()
+        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) { return }
+        defer { wake.endSleep() }
+        let deadline = state.locked { state in
+            min(state.modes[context.modeIndex].timers.coalescedDeadline(), context.deadline)
+        }
+        let now = LoopClock.now()
+        guard deadline > now else { return }
+        futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
+        _ = wake.takeRequest()
+    }
+
+    /// The wait of a loop on virtual time (VirtualTime.swift): it never blocks. Descriptors are
+    /// polled (they work as usual); a sleep becomes a jump of the thread's clock to when it would
+    /// have ended, the mode's next timer or the run's deadline, and the next pass runs at that
+    /// instant. It ends the run instead when the driver asked for that
+    /// (``VirtualTimeControl/stopWhenIdle``), when a pass limit is broken (here or in a nested
+    /// run: every run ends, out to the driver), or when nothing but another thread could end the
+    /// sleep.
+    private func waitOnVirtualTime(_ context: inout RunContext, poll: Bool) {
+        guard let control = confined.virtualTime else { return }
+        if let broken = control.brokenLimit ?? control.countPass(at: LoopClock.now()) {
+            // Every run ends, out to the driver; a run with a deadline gets there at once, so
+            // that `run(until:)` and its kind stop repeating.
+            control.record(broken, at: LoopClock.now())
+            control.countUnwoundRun()
+            if context.deadline != LoopClock.never { crlk_set_virtual_now(max(context.deadline, LoopClock.now())) }
+            wake.stopRun(context.id)
+            return
+        }
+        if poll || sources1Pending(context) {
+            _ = wake.takeRequest()
+            if let backend { askKernel(&context, backend) }
+            return
+        }
+        enterPhase(.waiting, &context)
+        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
+        let wokenUp = wake.takeRequest() || handedOverWorkPending(context)
+        if let backend { askKernel(&context, backend) }
+        if wokenUp || !context.scratch.kernelEvents.isEmpty { return }
+        let now = LoopClock.now()
+        let timerDeadline = withState { $0.modes[context.modeIndex].timers.coalescedDeadline() }
+        if timerDeadline <= now { return }  // This pass fires it.
+        if control.stopWhenIdle && confined.runDepth == 1 {
+            control.record(.idle, at: now)
+            wake.stopRun(context.id)
+            return
+        }
+        let wakeAt = min(timerDeadline, context.deadline)
+        guard wakeAt != LoopClock.never else {
+            control.record(.sleepsForever, at: now)
+            wake.stopRun(context.id)
+            return
+        }
+        crlk_set_virtual_now(max(wakeAt, now))
+    }
+
+    /// Whether a pass in `mode` would have work now: blocks for it, a signalled version-0 source,
+    /// a due timer, a ready descriptor or port, a wakeup asked for. What virtual time's driver
+    /// asks after a run it ended where the loop would sleep: the rest of that pass (`afterWaiting`
+    /// observers, and the blocks they perform) may have made more. Loop thread only.
+    package func hasWorkOnVirtualTime(inMode mode: Mode) -> Bool {
+        preconditionOnOwnThread("hasWorkOnVirtualTime(inMode:)")
+        typealias Found = (
+            sources: ContiguousArray<RunLoopSource>, timer: Int64, common: Bool, set: EpollBackend.InterestSet?
+        )
+        let found = state.locked { state -> Found? in
+            guard let index = state.modeIndex[mode] else { return nil }
+            let mode = state.modes[index]
+            return (
+                mode.sources, mode.timers.coalescedDeadline(), state.isCommon(mode.name),
+                mode.descriptors.isEmpty ? nil : mode.interestSet
+            )
+        }
+        guard let found else { return false }
+        if found.timer <= LoopClock.now() || wake.hasRequest || source1Attention.load(ordering: .relaxed)
+        {
+            return true
+        }
+        if let set = found.set, let backend, backend.hasReadyDescriptor(in: set) { return true }
+        if found.sources.contains(where: \.isSignalled) { return true }
+        return hasBlocks(for: mode, modeIsCommon: found.common)
+    }
+
+    /// Asks the kernel, without blocking, which of the mode's descriptors are ready (nothing to
+    /// ask when the mode watches none: timers are checked against the clock).
+    private func askKernel(_ context: inout RunContext, _ backend: EpollBackend) {
+        guard context.items.hasDescriptors, let set = context.items.interestSet else { return }
+        _ = takeWaitOutcome(backend.wait(in: set, blocking: false, into: &context.scratch.kernelEvents))
+    }
+
+    /// Takes what a wait found besides descriptor events: a wakeup from another thread (the
+    /// request consumed) and the timer's expiry (the timerfd is disarmed). Returns whether
+    /// another thread woke the loop.
+    private func takeWaitOutcome(_ outcome: EpollBackend.WaitOutcome) -> Bool {
+        // An exchange, not a store: it synchronizes with the waker, so what it queued before
+        // waking is seen by the phases that follow.
+        if outcome.wokenByAnotherThread { _ = wake.takeRequest() }
+        if outcome.timerExpired { state.locked { $0.armedDeadline = LoopClock.never } }
+        return outcome.wokenByAnotherThread
+    }
+
+    /// Waits on the CPU until `deadline` (a timer's) or a wakeup request, whichever comes first
+    /// (see ``RunLoop/timerSpinWindow``). `sleeping` is clear meanwhile, so wakers only set the
+    /// request flag, which this watches; the mode's descriptors are asked about every few
+    /// microseconds.
+    private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ backend: EpollBackend) {
+        var spins = 0
+        while true {
+            if wake.hasRequest {
+                // An exchange, not a store: it synchronizes with the waker (see wait).
+                _ = wake.takeRequest()
+                confined.recentCrossThreadWakeUp = true
+                askKernel(&context, backend)
+                return
+            }
+            crlk_cpu_relax()
+            spins &+= 1
+            if spins & 7 == 0, LoopClock.now() >= deadline {
+                confined.recentCrossThreadWakeUp = false
+                askKernel(&context, backend)
+                return
+            }
+            if spins & 255 == 0 {
+                askKernel(&context, backend)
+                if !context.scratch.kernelEvents.isEmpty { return }
+            }
+        }
+    }
+
+    /// Spins for at most ``LoopThreadState/spinNanoseconds`` watching for a wakeup request;
+    /// returns whether one came. Used only right after a wakeup from another thread, so an idle
+    /// loop or a loop woken by its own timers never spins.
+    private func spinForWakeUp() -> Bool {
+        let limit = LoopClock.now() &+ LoopThreadState.spinNanoseconds
+        var spins = 0
+        while !wake.hasRequest {
+            crlk_cpu_relax()
+            spins &+= 1
+            if spins & 31 == 0, LoopClock.now() >= limit {
+                confined.recentCrossThreadWakeUp = false
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Work another thread handed over with a wakeup request that a nested run dropped: blocks,
+    /// a version-1 source's attention, a stop of this run. Checked once the loop has announced its
+    /// sleep, so a request made after that wakes it the usual way.
+    @inline(__always)
+    func handedOverWorkPending(_ context: RunContext) -> Bool {
+        if confined.blocksTakenByNestedRun {
+            confined.blocksTakenByNestedRun = false
+            if confined.blocks.contains(where: { $0.runs(in: context.mode, modeIsCommon: context.items.modeIsCommon) }) {
+                return true
+            }
+        }
+        return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
+            || wake.stopPending(context.id)
+            || context.ignoredWakeUp && hasNoWork(context)
+    }
+
+    // The last check above: a pass that began after a wakeUp() was ignored (from the end of a
+    // sleep to the next pass, as CoreFoundation ignores it) does not sleep with its mode empty
+    // (items as `prepareToWait` re-read them). That wakeUp may come from a thread that emptied the
+    // mode to end the run: if it removed the last item after the previous pass's emptiness check,
+    // nothing else would end this sleep, and the run ends as `.finished` instead. Without an
+    // ignored wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run
+    // whose only work was a block).
+}
