@@ -12,6 +12,12 @@ public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
     /// here, and so does `advance(to: RunLoop.distantFuture)` in a mode without timers. The runs
     /// were ended.
     case sleepsForever(at: Duration, trail: [String])
+    /// A callout polled a clock-based deadline (RunLoopScheduling's `IdleDeadline.shouldYield` or
+    /// `timeRemaining`) a million times at one instant: on virtual time a callout's work takes no
+    /// time, so a `while !deadline.shouldYield { … }` loop would spin for ever. The deadline
+    /// reported itself spent so that the callout returned, and the runs were ended. Say how long
+    /// each unit of work takes with ``VirtualTimeLoop/elapse(_:)``.
+    case clockStalled(at: Duration, polls: Int, trail: [String])
     /// ``VirtualTimeLoop/advance(by:in:maxPasses:)`` with a negative duration.
     case negativeDuration(Duration)
     /// A pass limit below 1.
@@ -32,6 +38,8 @@ public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
             return "pass limit: \(passes) passes by \(at) of virtual time" + lines(trail)
         case .sleepsForever(let at, let trail):
             return "a nested run would sleep forever at \(at) of virtual time (no deadline, no timer)" + lines(trail)
+        case .clockStalled(let at, let polls, let trail):
+            return "a callout polled a deadline \(polls) times at \(at) of virtual time, where its work takes no time: call VirtualTimeLoop.elapse(_:) for the time each unit of work takes" + lines(trail)
         case .negativeDuration(let duration):
             return "advance(by: \(duration)): virtual time never goes back"
         case .invalidLimit(let limit):

@@ -240,6 +240,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
         case .livelock: throw .livelock(at: at, passes: control.passesAtInstant - 1, trail: names)
         case .passLimit: throw .passLimit(at: at, passes: control.passes - 1, trail: names)
         case .sleepsForever: throw .sleepsForever(at: at, trail: names)
+        case .clockStalled: throw .clockStalled(at: at, polls: VirtualTimeControl.pollsPerInstant, trail: names)
         case .idle: return
         }
     }

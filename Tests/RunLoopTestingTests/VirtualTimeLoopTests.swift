@@ -150,6 +150,79 @@ import class RunLoopKit.RunLoop
         }
     }
 
+    /// An idle task that spins on `shouldYield` (the documented pattern) would never end on
+    /// virtual time, where its work takes no time: after a million polls at one instant the
+    /// deadline says it is spent, the task returns, and `advance` reports it, clock where it was.
+    @Test func anIdleTaskSpinningOnShouldYieldIsReportedNotAHang() {
+        withVirtualTime { time in
+            let loop = RunLoop.current
+            let idle = IdleTaskQueue(loop: loop)
+            loop.add(RunLoopSource {}, forMode: .default)
+            let units = LoopBound(0)
+            let timer = RunLoopTimer(after: .milliseconds(50)) { _ in
+                idle.enqueue { deadline in
+                    while !deadline.shouldYield { units.value += 1 }
+                    return .done
+                }
+            }
+            loop.add(timer, forMode: .default)
+            #expect {
+                try time.advance(by: .milliseconds(100))
+            } throws: { error in
+                guard case VirtualTimeError.clockStalled(let at, let polls, _) = error else { return false }
+                return at == .milliseconds(50) && polls == 1_000_000
+            }
+            #expect(units.value == 1_000_000)
+            #expect("\(VirtualTimeError.clockStalled(at: .zero, polls: 1, trail: []))".contains("elapse"))
+            idle.invalidate()
+        }
+    }
+
+    /// The same task, saying how long each unit takes with `elapse`, yields when its budget is
+    /// spent, as in production; `timeRemaining` agrees.
+    @Test func anIdleTaskThatElapsesItsWorkYieldsAtItsBudget() throws {
+        try withVirtualTime { time in
+            let loop = RunLoop.current
+            let idle = IdleTaskQueue(loop: loop)
+            loop.add(RunLoopSource {}, forMode: .default)
+            let units = LoopBound(0)
+            let remainingAtEnd = LoopBound(Duration.seconds(1))
+            let timer = RunLoopTimer(after: .milliseconds(50)) { _ in
+                idle.enqueue { deadline in
+                    while !deadline.shouldYield {
+                        time.elapse(.milliseconds(1))
+                        units.value += 1
+                    }
+                    remainingAtEnd.value = deadline.timeRemaining
+                    return .done
+                }
+            }
+            loop.add(timer, forMode: .default)
+            try time.advance(by: .milliseconds(100))
+            #expect(units.value > 0 && units.value < 50)
+            #expect(remainingAtEnd.value == .zero)
+            idle.invalidate()
+        }
+    }
+
+    /// Advancing by the longest duration there is, with a repeating timer: the pass limit, not a
+    /// claim that a run would sleep for ever.
+    @Test func advancingByTheLongestDurationHitsThePassLimit() {
+        withVirtualTime { time in
+            let fires = LoopBound(0)
+            let timer = RunLoopTimer(after: .milliseconds(100), repeating: .milliseconds(100)) { _ in fires.value += 1 }
+            RunLoop.current.add(timer, forMode: .default)
+            #expect {
+                try time.advance(by: .seconds(Int64.max), maxPasses: 1_000)
+            } throws: { error in
+                print("advance(by: .seconds(Int64.max)): \(error)")
+                guard case VirtualTimeError.passLimit = error else { return false }
+                return true
+            }
+            #expect(fires.value >= 999)
+        }
+    }
+
     /// A run a callout nests sleeps to its deadline: the clock moves as in production.
     @Test func aNestedRunMovesTheClock() throws {
         try withVirtualTime { time in

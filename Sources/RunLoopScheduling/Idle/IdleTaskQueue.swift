@@ -34,15 +34,24 @@ public struct IdleDeadline: Sendable {
     }
 
     /// What is left of the idle period: zero once it is spent.
+    ///
+    /// On virtual time (RunLoopTesting), a callout's work takes no time unless it says so
+    /// (`VirtualTimeLoop.elapse(_:)`): polled a million times at one instant, the deadline reports
+    /// itself spent and the test's `advance` throws `VirtualTimeError.clockStalled`, instead of a
+    /// `while deadline.timeRemaining > .zero` loop spinning for ever.
     public var timeRemaining: Duration {
         let left = RunLoop.now.duration(to: end)
+        if left > .zero, loop?.deadlineStalledOnVirtualTime() == true { return .zero }
         return left > .zero ? left : .zero
     }
 
     /// Whether the task should return now (with ``IdleTaskResult/more`` if it has more to do).
+    ///
+    /// On virtual time, as ``timeRemaining``: a million polls at one instant end the period and
+    /// make the test's `advance` throw `VirtualTimeError.clockStalled`.
     public var shouldYield: Bool {
         if didTimeout { return false }
-        return RunLoop.now >= end || (loop?.hasPendingInput ?? false)
+        return RunLoop.now >= end || (loop?.hasPendingInput ?? false) || (loop?.deadlineStalledOnVirtualTime() ?? false)
     }
 }
 

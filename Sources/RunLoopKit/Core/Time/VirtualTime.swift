@@ -28,6 +28,29 @@ package final class VirtualTimeControl {
         /// A run with no deadline and no timer was about to sleep: only another thread could
         /// wake it, and on virtual time nothing ever would.
         case sleepsForever
+        /// A callout polled a clock-based deadline (``pollsPerInstant`` times) at one instant: on
+        /// virtual time a callout's work takes no time, so a `while !deadline.shouldYield` loop
+        /// would never end.
+        case clockStalled
+    }
+
+    /// Polls of a clock-based deadline allowed at one instant before ``Stop/clockStalled``.
+    package static let pollsPerInstant = 1_000_000
+    private var pollInstant = Int64.min
+    private var polls = 0
+
+    /// Counts a poll of a deadline at `now`; returns true once the polls at this instant pass
+    /// ``pollsPerInstant`` (and records ``Stop/clockStalled``): the deadline should then report
+    /// itself spent, so the callout returns and the drive ends with the reason.
+    func countPoll(at now: Int64) -> Bool {
+        if now != pollInstant {
+            pollInstant = now
+            polls = 0
+        }
+        polls += 1
+        guard polls > Self.pollsPerInstant else { return false }
+        record(.clockStalled, at: now)
+        return true
     }
 
     /// The outermost run ends where it would sleep, instead of moving the clock.
@@ -65,6 +88,8 @@ package final class VirtualTimeControl {
         passes = 0
         passesAtInstant = 0
         instant = Int64.min
+        polls = 0
+        pollInstant = Int64.min
         stop = nil
         unwoundRuns = 0
     }
@@ -168,5 +193,17 @@ package final class VirtualTimeScope {
         Unmanaged<RunLoop>.fromOpaque(retainedLoop).release()
         var ignored: Int64 = 0
         _ = crlk_set_virtual_time(previousOnVirtualTime, previousVirtualNow, &ignored)
+    }
+}
+
+extension RunLoop {
+    /// For deadlines that code polls from a callout (RunLoopScheduling's `IdleDeadline`): on a loop
+    /// on virtual time, counts the poll and returns true once the clock has not moved for
+    /// ``VirtualTimeControl/pollsPerInstant`` polls (the deadline should then say it is spent; the
+    /// drive ends with the reason). False, and nothing counted, on a real clock or off the loop's
+    /// thread.
+    package func deadlineStalledOnVirtualTime() -> Bool {
+        guard isCurrent, let control = confined.virtualTime else { return false }
+        return control.countPoll(at: LoopClock.now())
     }
 }
