@@ -120,6 +120,36 @@ struct LoopState: Sendable {
         commonModes = [.default]
     }
 
+    /// Checks, in debug builds, what the run algorithm relies on between changes: the mode table
+    /// and its index agree (the default mode first), running modes exist (a common mode need not: as
+    /// in CoreFoundation it is made only once a common item needs it), a mode's
+    /// observer mask covers every observer's activities (a pass skips the observer phase on the
+    /// mask alone), and every timer heap is in heap order.
+    ///
+    /// - Complexity: O(modes), plus each mode's observers up to 512 (above, the last one) and the
+    ///   heaps' checks (see `TimerHeap.checkInvariants`).
+    func checkInvariants() {
+        #if DEBUG
+        precondition(modes.first?.name == .default, "LoopState: the default mode is not at index 0")
+        precondition(modeIndex.count == modes.count, "LoopState: \(modes.count) modes, \(modeIndex.count) indexed")
+        for (index, mode) in modes.enumerated() {
+            precondition(
+                index == 0 || modeIndex[mode.name] == index,
+                "LoopState: mode \(mode.name.rawValue) at \(index) is indexed at \(String(describing: modeIndex[mode.name]))")
+            var activities: UInt = 0
+            // All of them up to the heaps' limit, above it the last added: adding 100,000 observers
+            // one by one must stay linear.
+            let checked = mode.observers.count <= TimerHeap.fullCheckLimit ? mode.observers[...] : mode.observers.suffix(1)
+            for observer in checked { activities |= observer.activities.rawValue }
+            precondition(
+                mode.observerMask & activities == activities,
+                "LoopState: mode \(mode.name.rawValue)'s observer mask misses activities of its observers")
+            mode.timers.checkInvariants()
+        }
+        for index in runningModes { precondition(index < modes.count, "LoopState: a running mode index is out of range") }
+        #endif
+    }
+
     /// The index of `mode`, creating the mode if needed.
     mutating func index(of mode: RunLoop.Mode) -> Int {
         if mode == .default { return 0 }  // made first, in init; skips hashing the name

@@ -371,6 +371,7 @@ extension RunLoop {
         var attention = false
         let result = withState { state in
             let result = body(&state)
+            state.checkInvariants()
             // Every writer holds the lock, so a load and a store (no locked read-modify-write) lose
             // no update.
             itemsVersion.store(itemsVersion.load(ordering: .relaxed) &+ 1, ordering: .releasing)
