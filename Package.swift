@@ -61,14 +61,25 @@ let package = Package(
         .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),
         // The lab's own C shims (accept4 for its echo server, gettid, thread names).
         .target(name: "CRunLoopLab"),
-        // The seeds' experiments, and demo-only code (the TCP echo server and its client). Only
-        // the products' public API and its own shims: not RunLoopKit's private C shim.
+        // The lab's demo network code (the TCP echo server and its client), a library target of
+        // its own so that the tests of the echo server import it, not the lab's executable.
+        .target(
+            name: "RunLoopLabNetwork",
+            dependencies: [
+                "RunLoopKit",
+                "CRunLoopLab",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        // The seeds' experiments. Only the products' public API and the lab's own targets: not
+        // RunLoopKit's private C shim.
         .executableTarget(
             name: "runloop-lab",
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
                 "RunLoopScheduling",
+                "RunLoopLabNetwork",
                 "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -113,7 +124,7 @@ let package = Package(
                 "CRunLoopKit",
                 "CAllocationCounter",
                 // The echo server's tests (Tests/RunLoopKitTests/Network) test the lab's server.
-                "runloop-lab",
+                "RunLoopLabNetwork",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

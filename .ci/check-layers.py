@@ -87,16 +87,28 @@ def main() -> int:
 PRIVATE_SHIMS = {"CRunLoopKit": "RunLoopKit", "CRunLoopMonitor": "RunLoopMonitor"}
 
 
+def executable_modules(package: Path) -> set[str]:
+    """The module names of the package's executable targets (the lab, the test probes)."""
+    names = re.findall(r'\.executableTarget\(\s*name:\s*"([^"]+)"', (package / "Package.swift").read_text())
+    return {name.replace("-", "_") for name in names}
+
+
 def check_package_level(sources: Path) -> int:
     """The package level: the executables under Sources (the lab) use the products' API and their
-    own shims, never a library's private C shim."""
+    own shims, never a library's private C shim; no module, test or not, imports an executable
+    (tests launch the probes as processes; what they share with the lab is a library target)."""
     failures = 0
-    for path in sorted(sources.rglob("*.swift")):
-        module = path.relative_to(sources).parts[0]
+    executables = executable_modules(sources.parent)
+    paths = sorted(sources.rglob("*.swift")) + sorted((sources.parent / "Tests").rglob("*.swift"))
+    for path in paths:
+        module = path.relative_to(sources.parent).parts[1]
         for imported in IMPORT.findall(strip(path.read_text())):
             owner = PRIVATE_SHIMS.get(imported)
-            if owner is not None and owner != module:
+            if owner is not None and owner != module and path.is_relative_to(sources):
                 print(f"{path}: error: imports {imported}, {owner}'s private C shim")
+                failures += 1
+            if imported in executables and module.replace("-", "_") != imported:
+                print(f"{path}: error: imports {imported}, an executable target (move what it needs to a library target)")
                 failures += 1
     return failures
 

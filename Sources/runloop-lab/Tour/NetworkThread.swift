@@ -1,5 +1,6 @@
 import Foundation
 import RunLoopKit
+import RunLoopLabNetwork
 import Synchronization
 
 import class RunLoopKit.RunLoop

@@ -5,7 +5,7 @@ import SystemPackage
 import Testing
 
 @testable import RunLoopKit
-@testable import runloop_lab
+import RunLoopLabNetwork
 
 // The seeds' network thread (issue 4 item 5): TCPEchoServer's sockets are FileDescriptorSources on
 // one loop thread. Clients run on their own threads with plain blocking sockets; every wait is a

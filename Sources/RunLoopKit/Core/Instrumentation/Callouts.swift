@@ -76,6 +76,15 @@ extension RunLoop {
             UInt64(label << 8 | UInt32(kind.rawValue)) << 32 | UInt64(sequence), ordering: .relaxed)
     }
 
+    /// ``calloutBegins(_:label:)`` for a port's message, callable from code specialized outside
+    /// the module (``MessagePort``'s delivery).
+    @usableFromInline
+    func portCalloutBegins(label: UInt32) { calloutBegins(.port, label: label) }
+
+    /// ``calloutEnds()``, callable from code specialized outside the module.
+    @usableFromInline
+    func portCalloutEnds() { calloutEnds() }
+
     /// Publishes a callout's end: the loop's own work from here. Loop thread only.
     @inline(__always)
     func calloutEnds() {

@@ -30,13 +30,23 @@ extension Mutex where Value: ~Copyable {
 /// slow path, which costs more than such a section. Waiters spin with a CPU pause, then yield the
 /// CPU if the holder was descheduled. ThreadSanitizer sees its ordering (atomics). No user code
 /// may run under it.
+///
+/// Inlinable (with ``SpinLocked``) so that a generic caller's critical section, a
+/// ``MessagePort``'s send, is specialized in the module that knows the message type.
+@usableFromInline
 struct SpinLock: ~Copyable, Sendable {
-    private let held = Atomic<Bool>(false)
+    @usableFromInline let held = Atomic<Bool>(false)
 
-    init() {}
+    @usableFromInline init() {}
 
-    @inline(__always)
+    @inlinable @inline(__always)
     func lock() {
+        if held.exchange(true, ordering: .acquiring) { waitAndLock() }
+    }
+
+    /// The contended path: spin with a CPU pause, then yield, until the lock is taken.
+    @usableFromInline
+    func waitAndLock() {
         while held.exchange(true, ordering: .acquiring) {
             var spins = 0
             while held.load(ordering: .relaxed) {
@@ -46,21 +56,22 @@ struct SpinLock: ~Copyable, Sendable {
         }
     }
 
-    @inline(__always)
+    @inlinable @inline(__always)
     func unlock() { held.store(false, ordering: .releasing) }
 }
 
 /// A value behind a ``SpinLock`` (a port's queue: see ``BlockQueue`` for why not `Mutex`).
 ///
 /// `@unchecked Sendable`: `value` is read and written only while `spin` is held.
+@usableFromInline
 final class SpinLocked<Value>: @unchecked Sendable {
-    private let spin = SpinLock()
-    private var value: Value
+    @usableFromInline let spin = SpinLock()
+    @usableFromInline var value: Value
 
-    init(_ value: Value) { self.value = value }
+    @usableFromInline init(_ value: Value) { self.value = value }
 
     /// Runs `body` with the value, under the lock.
-    @inline(__always)
+    @inlinable @inline(__always)
     func locked<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         spin.lock()
         defer { spin.unlock() }

@@ -4,17 +4,17 @@ import Glibc
 /// and reads the echo back, every wait bounded by `poll`.
 ///
 /// Errors are reported as a message (`EchoClient.Failure`), which the experiment prints.
-struct EchoClient: ~Copyable {
+package struct EchoClient: ~Copyable {
     /// A failed client operation, described for the trace.
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    package struct Failure: Error, CustomStringConvertible {
+        package let description: String
     }
 
     /// The connected socket.
     let fd: Int32
 
     /// Connects to 127.0.0.1:`port`.
-    init(port: UInt16) throws(Failure) {
+    package init(port: UInt16) throws(Failure) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(Self.lastError)") }
         var on: Int32 = 1
@@ -41,7 +41,7 @@ struct EchoClient: ~Copyable {
     /// Sends `message` and reads until as many bytes have come back, sending and reading
     /// alternately (so a message larger than the socket buffers cannot deadlock); returns the bytes
     /// received. Fails if nothing moves for `timeout` milliseconds.
-    func roundTrip(_ message: [UInt8], timeoutMs: Int32 = 2000) throws(Failure) -> [UInt8] {
+    package func roundTrip(_ message: [UInt8], timeoutMs: Int32 = 2000) throws(Failure) -> [UInt8] {
         var sent = 0
         var received: [UInt8] = []
         received.reserveCapacity(message.count)
@@ -79,14 +79,14 @@ struct EchoClient: ~Copyable {
     }
 
     /// Sends `bytes` and returns without reading anything back.
-    func send(_ bytes: [UInt8]) throws(Failure) {
+    package func send(_ bytes: [UInt8]) throws(Failure) {
         let count = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         guard count == bytes.count else { throw Failure(description: "send: \(Self.lastError)") }
     }
 
     /// The calling thread's kernel id (gettid), read from `/proc/thread-self`, which links to
     /// `<pid>/task/<tid>` (Swift's Glibc module does not import `gettid`).
-    static func threadID() -> Int {
+    package static func threadID() -> Int {
         var buffer = [CChar](repeating: 0, count: 64)
         let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
         guard count > 0 else { return -1 }
