@@ -251,4 +251,10 @@ struct FuzzFoundDiffTests {
                 "O called", "timer fired", "run: timedOut", "O valid: false, in .common: false, in default: false",
             ])
     }
+
+    /// Seeds 1743 and 2024 of `RLK_FUZZ_SEEDS=0-8000`: a firing timer that leaves its mode in its
+    /// handler no longer counts for the mode's next fire date, as in CF.
+    @Test func aFiringTimerThatLeavesItsModeNoLongerCounts() {
+        expectSameTrace(FuzzFoundScenarios.firingTimerThatLeavesItsMode)
+    }
 }

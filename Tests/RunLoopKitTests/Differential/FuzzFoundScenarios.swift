@@ -510,4 +510,25 @@ enum FuzzFoundScenarios {
             "O valid: \(observer.isValid), in .common: \(loop.contains(observer, DiffMode.common)), in default: \(loop.contains(observer, DiffMode.default))"
         )
     }
+
+    /// Fuzz seeds 1743 and 2024: a repeating timer with a past fire date that removes itself from
+    /// its mode (or invalidates itself) in its handler, then asks for the mode's next fire date.
+    /// CF's mode no longer lists it: nil. (RunLoopKit counted the firing timer until its batch
+    /// ended.)
+    static let firingTimerThatLeavesItsMode: DiffScenario = { loop, trace in
+        loop.addCommonMode(DiffMode.my)
+        let removed = loop.makeTimer(fireAt: -1, interval: 1000) { timer in
+            loop.remove(timer, DiffMode.default)
+            trace("removed itself; next in default: \(diffFireDateText(loop.nextTimerFireDate(DiffMode.default)))")
+        }
+        loop.add(removed, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
+        let invalidated = loop.makeTimer(fireAt: -1, interval: 1010) { timer in
+            timer.invalidate()
+            trace("invalidated itself; next in my: \(diffFireDateText(loop.nextTimerFireDate(DiffMode.my)))")
+        }
+        loop.add(invalidated, DiffMode.common)
+        trace("run: " + loop.run(DiffMode.my, 0))
+        removed.invalidate()
+    }
 }

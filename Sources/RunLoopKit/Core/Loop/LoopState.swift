@@ -47,10 +47,11 @@ struct ModeState: Sendable {
     var observerMask: UInt = 0
     var timers = TimerHeap()
     var timerCount = 0
-    /// While the loop fires a batch of this mode's due timers: the fire date of the timer firing
-    /// now (the batch's earliest not yet done), which left the heap when the batch was taken but,
-    /// as in CoreFoundation, still counts for ``RunLoop/nextTimerFireDate(forMode:)``.
-    var firingFireNs = LoopClock.never
+    /// While the loop fires a batch of this mode's due timers: the timer firing now (the batch's
+    /// earliest not yet done), which left the heap when the batch was taken but, as in
+    /// CoreFoundation, still counts for ``RunLoop/nextTimerFireDate(forMode:)`` until it leaves
+    /// the mode.
+    var firing = FiringTimer()
     /// Version-1 sources (descriptor sources and message ports), sorted by order (stable).
     var sources1: ContiguousArray<any Source1Item> = []
     /// The descriptors the mode's epoll set watches, by number: one registration each (the kernel
@@ -148,6 +149,13 @@ struct LoopState: Sendable {
         }
         for index in runningModes { precondition(index < modes.count, "LoopState: a running mode index is out of range") }
         #endif
+    }
+
+    /// Notes that `timer` left the mode at `index`: if it is the one firing there, it no longer
+    /// counts for ``RunLoop/nextTimerFireDate(forMode:)`` (CoreFoundation's mode drops it from its
+    /// timer list).
+    mutating func noteLeft(_ timer: RunLoopTimer, mode index: Int) {
+        if modes[index].firing.timer == ObjectIdentifier(timer) { modes[index].firing.left = true }
     }
 
     /// The index of `mode`, creating the mode if needed.
@@ -316,6 +324,7 @@ struct LoopState: Sendable {
     mutating func unschedule(_ timer: RunLoopTimer, _ state: inout TimerState, from indexes: [Int]) {
         timer.bumpGeneration()
         for index in indexes where state.modes.remove(index) {
+            noteLeft(timer, mode: index)
             modes[index].timerCount -= 1
             modes[index].timers.dropStaleEntries(
                 of: timer, liveCount: modes[index].timerCount, graveyard: &graveyard)
@@ -329,6 +338,7 @@ struct LoopState: Sendable {
     mutating func detach(_ timer: RunLoopTimer, _ state: inout TimerState) -> Bool {
         var emptied = false
         state.modes.forEach { index in
+            noteLeft(timer, mode: index)
             modes[index].timerCount -= 1
             if modes[index].timerCount == 0 { emptied = true }
             modes[index].timers.dropStaleEntries(
@@ -372,4 +382,19 @@ struct LoopState: Sendable {
         }
         return joined
     }
+}
+
+/// The timer a mode is firing now (see `ModeState.firing`), and what counts for the mode's next
+/// fire date after it.
+struct FiringTimer {
+    /// Its fire date; `LoopClock.never` when no batch of the mode is firing.
+    var fireNs = LoopClock.never
+    var timer: ObjectIdentifier?
+    /// It left the mode during its handler (removed, invalidated): ``followingNs`` counts instead.
+    var left = false
+    /// The fire date of the batch's next timer, or what counted before the batch.
+    var followingNs = LoopClock.never
+
+    /// What counts for the mode's next fire date.
+    var countedNs: Int64 { left ? followingNs : fireNs }
 }

@@ -249,8 +249,9 @@ extension RunLoop {
     public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
         withState { state in
             guard mode != .common, let index = state.modeIndex[mode] else { return nil }
-            // A timer firing now still counts, with the date it fires for (as in CoreFoundation).
-            let firing = state.modes[index].firingFireNs
+            // A timer firing now still counts, with the date it fires for, until it leaves the mode
+            // (as in CoreFoundation).
+            let firing = state.modes[index].firing.countedNs
             // The earliest queued timer reports its date as given (a past one stays as given).
             if let next = state.modes[index].timers.peekLive(graveyard: &state.graveyard), next.fireNs <= firing {
                 return LoopClock.instant(next.timer.state.locked { $0.reportedNs })

@@ -46,18 +46,18 @@ extension RunLoop {
     private func fireDueTimers(_ context: inout RunContext) {
         let now = LoopClock.now()
         let modeIndex = context.modeIndex
-        let outerFiring = state.locked { state -> Int64 in
+        let outerFiring = state.locked { state -> FiringTimer in
             while let entry = state.modes[modeIndex].timers.popEarliest(dueBy: now) {
                 context.scratch.dueTimers.append(entry)
             }
-            let outer = state.modes[modeIndex].firingFireNs
+            let outer = state.modes[modeIndex].firing
             // From now until it is rescheduled, the first timer to fire counts for
             // nextTimerFireDate (it left the heap).
             // An index loop: `first(where:)`, unspecialized in debug builds, allocates.
             var index = 0
             while index < context.scratch.dueTimers.count {
                 if context.scratch.dueTimers[index].isLive {
-                    state.modes[modeIndex].firingFireNs = context.scratch.dueTimers[index].fireNs
+                    state.modes[modeIndex].firing = Self.firing(at: index, of: context.scratch.dueTimers, outer: outer)
                     break
                 }
                 index += 1
@@ -79,7 +79,7 @@ extension RunLoop {
             let entry = context.scratch.dueTimers[index]
             if index + lookahead < due { context.scratch.dueTimers[index + lookahead].prefetchTimer() }
             index += 1
-            let following = index < due ? context.scratch.dueTimers[index].fireNs : outerFiring
+            let following = Self.firing(at: index, of: context.scratch.dueTimers, outer: outerFiring)
             // The entry's retain keeps the timer alive until `entry.release()`.
             unowned(unsafe) let timer = entry.timer
             switch prepareToFire(timer, entry) {
@@ -101,7 +101,7 @@ extension RunLoop {
                 } else {
                     rescheduleAfterFire(timer, firedAt: firedAt, modeIndex: modeIndex, following: following)
                 }
-                floorRestored = following == outerFiring
+                floorRestored = index >= due
             case .firingInOuterRun:
                 // Its entry goes back to the heap (with its retain) for when the outer run is done.
                 state.locked { state in state.modes[modeIndex].timers.insert(entry) }
@@ -112,8 +112,18 @@ extension RunLoop {
             }
             entry.release()
         }
-        if !floorRestored { state.locked { state in state.modes[modeIndex].firingFireNs = outerFiring } }
+        if !floorRestored { state.locked { state in state.modes[modeIndex].firing = outerFiring } }
         context.scratch.dueTimers.removeAll(keepingCapacity: true)
+    }
+
+    /// What a mode's firing timer is once the batch's entry at `index` fires: that entry, with the
+    /// one after it (or what counted before the batch) to count if it leaves the mode; past the
+    /// batch's end, what counted before it.
+    @inline(__always)
+    static func firing(at index: Int, of batch: ContiguousArray<TimerEntry>, outer: FiringTimer) -> FiringTimer {
+        guard index < batch.count else { return outer }
+        let followingNs = index + 1 < batch.count ? batch[index + 1].fireNs : outer.countedNs
+        return FiringTimer(fireNs: batch[index].fireNs, timer: ObjectIdentifier(batch[index].timer), followingNs: followingNs)
     }
 
     /// Drops the entries that were stale when the batch was taken (a timer moved, removed or
@@ -178,9 +188,9 @@ extension RunLoop {
     /// The items version is bumped only if a mode lost its last timer: a run's cached timer count
     /// may stay high otherwise (it only guards a look at the heap), and not re-reading every item
     /// list after each fired timer saves a lock and a copy per pass.
-    private func retireOneShot(_ timer: RunLoopTimer, modeIndex: Int, following: Int64) {
+    private func retireOneShot(_ timer: RunLoopTimer, modeIndex: Int, following: FiringTimer) {
         let (handler, otherLoop) = withState { state -> (HeldHandler, RunLoop?) in
-            state.modes[modeIndex].firingFireNs = following
+            state.modes[modeIndex].firing = following
             let (handler, otherLoop, emptied) = timer.state.locked { timerState -> (HeldHandler, RunLoop?, Bool) in
                 // Invalidated while it fired: its handler is this thread's to let go.
                 guard timerState.valid else { return (timer.takeHandler(), nil, false) }
@@ -202,11 +212,11 @@ extension RunLoop {
     /// (`firedAt + k·interval`), unless its handler set a later fire date (kept) or invalidated
     /// it. Changes to its tolerance or modes do not count as a new date, and a timer the handler
     /// took out of every mode moves on all the same, as in CoreFoundation.
-    private func rescheduleAfterFire(_ timer: RunLoopTimer, firedAt: Int64, modeIndex: Int, following: Int64) {
+    private func rescheduleAfterFire(_ timer: RunLoopTimer, firedAt: Int64, modeIndex: Int, following: FiringTimer) {
         var invalidated = false
         var movedTo: (loop: RunLoop, fireNs: Int64)? = nil
         withState { state in
-            state.modes[modeIndex].firingFireNs = following
+            state.modes[modeIndex].firing = following
             timer.state.locked { timerState in
                 guard timerState.valid else {
                     invalidated = true
