@@ -1,0 +1,108 @@
+import Testing
+
+// Class C of the wake-up audit: a wakeup (from stop() or wakeUp()) made where no wait follows in
+// its run (an entry or exit observer, a run that ends at once) survives until a wait takes it, in
+// CF as here, so the next run's first wait returns at once: one more pass. These scripts,
+// rebuilt from the audit's description (observers at beforeWaiting and exit, a timer and a past
+// timer, stop() from the observer; an entry observer; a nested run's exit), give CF's trace, except
+// where a due timer and the surviving wakeup are ready at the same wait: CF handles one port per
+// pass, so it makes two passes of them, RunLoopKit one (the documented "all events ready at a
+// wakeup are handled in that pass"): `stopFromEntryWithADueTimer_deviation`.
+
+@Suite("Differential: wakeups that survive their run (class C)")
+struct PendingWakeUpDiffTests {
+    static let stopFromObserver: DiffScenario = { loop, trace in
+        let observer = loop.makeObserver(DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
+            trace("observer \(DiffActivity.name(activity)): stop()")
+            loop.stop()
+        }
+        let past = loop.makeTimer(fireAt: -1) { _ in trace("past timer fired") }
+        let later = loop.makeTimer(fireAt: 0.05) { _ in trace("later timer fired") }
+        loop.add(observer, DiffMode.default)
+        loop.add(past, DiffMode.default)
+        loop.add(later, DiffMode.default)
+        trace("run 1: " + loop.run(DiffMode.default, 0.2))
+        trace("run 2: " + loop.run(DiffMode.default, 0.2))
+        trace("run 3: " + loop.run(DiffMode.default, 0.2))
+        later.invalidate()
+    }
+
+    static let wakeUpFromExit: DiffScenario = { loop, trace in
+        let source = loop.keepAlive()
+        let observer = loop.makeObserver(DiffActivity.exit | DiffActivity.afterWaiting | DiffActivity.beforeWaiting, repeats: true) { _, activity in
+            trace("observer \(DiffActivity.name(activity))")
+            if activity == DiffActivity.exit { loop.wakeUp() }
+        }
+        loop.add(observer, DiffMode.default)
+        trace("run 1: " + loop.run(DiffMode.default, 0.05))
+        trace("run 2: " + loop.run(DiffMode.default, 0.05))
+        loop.remove(source, DiffMode.default)
+    }
+
+    static let stopFromEntry: DiffScenario = { loop, trace in
+        let source = loop.keepAlive()
+        let stops = DiffRef(0)
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
+            trace("observer \(DiffActivity.name(activity))")
+            if activity == DiffActivity.entry && stops.value == 0 { stops.value += 1; loop.stop() }
+        }
+        let past = loop.makeTimer(fireAt: -1) { _ in trace("past timer fired") }
+        loop.add(past, DiffMode.default)
+        loop.add(observer, DiffMode.default)
+        trace("run 1: " + loop.run(DiffMode.default, 0.05))
+        trace("run 2: " + loop.run(DiffMode.default, 0.05))
+        loop.remove(source, DiffMode.default)
+    }
+
+    static let stopFromExitOfNested: DiffScenario = { loop, trace in
+        let source = loop.keepAlive()
+        let observer = loop.makeObserver(DiffActivity.exit, repeats: true) { _, _ in
+            trace("exit: stop()")
+            loop.stop()
+        }
+        loop.add(observer, DiffMode.my)
+        let later = loop.makeTimer(fireAt: 0.01) { _ in
+            trace("timer: nested " + loop.run(DiffMode.my, 0))
+        }
+        let past = loop.makeTimer(fireAt: -1) { _ in trace("past timer fired") }
+        loop.add(source, DiffMode.my)
+        loop.add(later, DiffMode.default)
+        loop.add(past, DiffMode.default)
+        trace("run: " + loop.run(DiffMode.default, 0.1))
+        loop.remove(source, DiffMode.default)
+        loop.remove(source, DiffMode.my)
+    }
+
+    static let stopFromEntryNoTimer: DiffScenario = { loop, trace in
+        let source = loop.keepAlive()
+        let stops = DiffRef(0)
+        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
+            trace("observer \(DiffActivity.name(activity))")
+            if activity == DiffActivity.entry && stops.value == 0 { stops.value += 1; loop.stop() }
+        }
+        loop.add(observer, DiffMode.default)
+        trace("run 1: " + loop.run(DiffMode.default, 0.05))
+        trace("run 2: " + loop.run(DiffMode.default, 0.05))
+        loop.remove(source, DiffMode.default)
+    }
+
+    @Test func stopFromBeforeWaitingAndExitObservers() { expectSameTrace(Self.stopFromObserver) }
+
+    @Test func wakeUpFromAnExitObserver() { expectSameTrace(Self.wakeUpFromExit) }
+
+    @Test func stopFromAnEntryObserverMakesTheNextRunPassOnceMore() { expectSameTrace(Self.stopFromEntryNoTimer) }
+
+    @Test func stopFromTheExitOfANestedRun() { expectSameTrace(Self.stopFromExitOfNested) }
+
+    /// DEVIATION (one port per pass): the wakeup a stop() in run 1's entry observer left pending and
+    /// a past-dated timer are both ready at run 2's first wait. CF handles the timer port in that
+    /// pass and the wakeup port in the next (one more beforeWaiting/afterWaiting); RunLoopKit
+    /// handles both in one pass.
+    @Test func stopFromEntryWithADueTimer_deviation() {
+        let (cf, rlk) = differentialTraces(Self.stopFromEntry)
+        let head = ["observer entry", "observer exit", "run 1: stopped", "observer entry"]
+        let pass = ["observer beforeWaiting", "observer afterWaiting"]
+        #expect(cf == head + pass + ["past timer fired"] + pass + pass + ["observer exit", "run 2: timedOut"])
+        #expect(rlk == head + pass + ["past timer fired"] + pass + ["observer exit", "run 2: timedOut"])
+    }
+}
