@@ -407,13 +407,19 @@ enum DiffScenarios {
             _, activity in trace("observer \(DiffActivity.name(activity))")
         }
         loop.add(observer, DiffMode.common)
-        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer in \(loop.currentMode ?? "nil")") }
+        // Due 250 ms on: never during the two runs before the third (each returns at once), even
+        // on a loaded machine or under a sanitizer, where a date a few milliseconds on made the
+        // timer fire in the second run on one side only. It stops the third run.
+        let timer = loop.makeTimer(fireAt: loop.now() + 0.25) { _ in
+            trace("timer in \(loop.currentMode ?? "nil")")
+            loop.stop()
+        }
         loop.add(timer, DiffMode.common)
         trace("run tracking before: " + loop.run(DiffMode.tracking, 0.05))
         loop.addCommonMode(DiffMode.tracking)
         source.signal()
         trace("run tracking: " + loop.run(DiffMode.tracking, 1.0, returnAfterSourceHandled: true))
-        trace("run tracking timer: " + loop.run(DiffMode.tracking, 0.1))
+        trace("run tracking timer: " + loop.run(DiffMode.tracking, 5.0))
         source.signal()
         trace("run default: " + loop.run(DiffMode.default, 0, returnAfterSourceHandled: true))
     }
@@ -498,11 +504,15 @@ enum DiffScenarios {
 
     // Due timers fire by ascending fire date, whatever the insertion order.
     static let timersByFireDate: DiffScenario = { loop, trace in
-        for (name, at) in [("t3", 0.003), ("t1", 0.001), ("t2", 0.002)] {
+        // Dates 20 ms apart from one base, so that the order of their dates, not of their making,
+        // decides (with 1 ms apart, a slow make under a sanitizer clamped a date passed meanwhile
+        // to "now" on one side only).
+        let base = loop.now() + 0.05
+        for (name, at) in [("t3", base + 0.04), ("t1", base), ("t2", base + 0.02)] {
             let timer = loop.makeTimer(fireAt: at) { _ in trace("timer \(name)") }
             loop.add(timer, DiffMode.default)
         }
-        usleep(10_000)  // all three are due before the run starts
+        usleep(150_000)  // all three are due before the run starts
         loop.traceActivities(trace)
         trace("run: " + loop.run(DiffMode.default, 1.0))
     }
@@ -801,9 +811,11 @@ enum DiffScenarios {
         loop.add(a, DiffMode.default); loop.add(b, DiffMode.default)
         a.signal(); b.signal()
         trace("with sources: \(loop.runBefore(DiffMode.default, 0.05))")
-        let timer = loop.makeTimer(fireAt: 0.01) { _ in trace("timer") }
+        // Due 30 ms on (not at a fixed date, which a slow side reaches before its run starts): the
+        // run sleeps, fires it, and sleeps to its end on both sides.
+        let timer = loop.makeTimer(fireAt: loop.now() + 0.03) { _ in trace("timer") }
         loop.add(timer, DiffMode.default)
-        trace("with timer: \(loop.runBefore(DiffMode.default, 0.05))")
+        trace("with timer: \(loop.runBefore(DiffMode.default, 0.1))")
     }
 
     // NSRunLoop run(until:): a stop() ends one pass only; the passes go on until the date.
