@@ -67,6 +67,8 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     // `close()` runs on it too, from withVirtualTime's `defer`, and the scope checks the thread
     // itself.
     private let scope: VirtualTimeScope
+    /// What the current drive allows, and why the loop ended its runs (the core's wait asks it).
+    private let drive = VirtualTimeDrive()
     private let trail: ActivityTrail
 
     /// The virtual instant ``withVirtualTime(_:)`` started at (the real clock's reading then).
@@ -89,7 +91,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
 
     init() {
         let startNs = RunLoop.nanoseconds(of: ContinuousClock.now)
-        scope = VirtualTimeScope(startNs: startNs)
+        scope = VirtualTimeScope(startNs: startNs, policy: drive)
         start = RunLoop.instant(ofNanoseconds: startNs)
         trail = ActivityTrail(loop: scope.loop)
     }
@@ -134,20 +136,19 @@ public final class VirtualTimeLoop: @unchecked Sendable {
         try checkNotNested("advance(to:)")
         guard maxPasses > 0 else { throw .invalidLimit(maxPasses) }
         let targetNs = RunLoop.nanoseconds(of: target)
-        let control = scope.control
-        control.beginDrive(stopWhenIdle: false, maxPasses: maxPasses, maxPassesAtInstant: Self.passesPerInstant)
-        defer { control.endDrive() }
+        drive.beginDrive(stopWhenIdle: false, maxPasses: maxPasses, maxPassesAtInstant: Self.passesPerInstant)
+        defer { drive.endDrive() }
         trail.begin()
         var idleRuns = 0
         while scope.nowNs < targetNs {
-            let (passes, before) = (control.passes, scope.nowNs)
+            let (passes, before) = (drive.passes, scope.nowNs)
             let result = runLoop.run(mode: mode, for: .nanoseconds(targetNs - scope.nowNs))
             try checkStop()
             // An empty mode (or .common, or a mode never made): time passes with nothing to do.
             if result == .finished { scope.setNow(targetNs) }
             try checkProgress(passes, before, &idleRuns)
         }
-        try settle(in: mode, maxPassesAtInstant: Self.passesPerInstant, maxPasses: maxPasses - control.passes)
+        try settle(in: mode, maxPassesAtInstant: Self.passesPerInstant, maxPasses: maxPasses - drive.passes)
     }
 
     /// Runs the loop in `mode` at the current instant until it would sleep: until no block, no
@@ -171,12 +172,11 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     }
 
     private func settle(in mode: RunLoop.Mode, maxPassesAtInstant: Int, maxPasses: Int) throws(VirtualTimeError) {
-        let control = scope.control
-        control.beginDrive(stopWhenIdle: true, maxPasses: max(1, maxPasses), maxPassesAtInstant: maxPassesAtInstant)
-        defer { control.endDrive() }
+        drive.beginDrive(stopWhenIdle: true, maxPasses: max(1, maxPasses), maxPassesAtInstant: maxPassesAtInstant)
+        defer { drive.endDrive() }
         var idleRuns = 0
         repeat {
-            let (passes, before) = (control.passes, scope.nowNs)
+            let (passes, before) = (drive.passes, scope.nowNs)
             let result = runLoop.run(mode: mode, for: .seconds(1_000_000_000))
             try checkStop()
             if result == .finished { return }
@@ -189,13 +189,12 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     /// A run that made no pass and left the clock alone (an `entry` observer that stops every
     /// run) counts as a pass at that instant: repeated, it is a livelock, not a hang.
     private func checkProgress(_ passesBefore: Int, _ nowBefore: Int64, _ idleRuns: inout Int) throws(VirtualTimeError) {
-        let control = scope.control
-        guard control.passes == passesBefore, scope.nowNs == nowBefore else {
+        guard drive.passes == passesBefore, scope.nowNs == nowBefore else {
             idleRuns = 0
             return
         }
         idleRuns += 1
-        if idleRuns > control.maxPassesAtInstant {
+        if idleRuns > drive.maxPassesAtInstant {
             throw .livelock(at: elapsed, passes: idleRuns - 1, trail: trail.lastCallouts())
         }
     }
@@ -232,15 +231,14 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     }
 
     private func checkStop() throws(VirtualTimeError) {
-        let control = scope.control
-        guard let stop = control.stop, stop != .idle else { return }
-        let at = RunLoop.instant(ofNanoseconds: control.stopNs) - start
+        guard let stop = drive.stop, stop != .idle else { return }
+        let at = RunLoop.instant(ofNanoseconds: drive.stopNs) - start
         let names = trail.lastCallouts()
         switch stop {
-        case .livelock: throw .livelock(at: at, passes: control.passesAtInstant - 1, trail: names)
-        case .passLimit: throw .passLimit(at: at, passes: control.passes - 1, trail: names)
+        case .livelock: throw .livelock(at: at, passes: drive.passesAtInstant - 1, trail: names)
+        case .passLimit: throw .passLimit(at: at, passes: drive.passes - 1, trail: names)
         case .sleepsForever: throw .sleepsForever(at: at, trail: names)
-        case .clockStalled: throw .clockStalled(at: at, polls: VirtualTimeControl.pollsPerInstant, trail: names)
+        case .clockStalled: throw .clockStalled(at: at, polls: VirtualTimeDrive.pollsPerInstant, trail: names)
         case .idle: return
         }
     }

@@ -11,49 +11,30 @@ extension RunLoop {
     /// Sleeps until a wakeup, the mode's next timer (within its tolerance) or the run's deadline;
     /// a poll only asks the kernel which descriptors are ready. What woke the loop is left for the
     /// phases that follow: descriptor events in the run's scratch, a wakeup consumed.
+    ///
+    /// How it sleeps is a strategy (WaitStrategies.swift): in epoll (behind the post-wakeup
+    /// spin), on a futex while the loop lacks its descriptors, or on virtual time.
     func wait(_ context: inout RunContext, poll: Bool) {
         prepareToWait(&context)
-        if _slowPath(confined.virtualTime != nil) { return waitOnVirtualTime(&context, poll: poll) }
-        guard let backend else { return waitWithoutDescriptors(&context, poll: poll) }
+        if _slowPath(confined.virtualTimePolicy != nil), let policy = confined.virtualTimePolicy {
+            return wait(with: VirtualTimeWait(policy: policy), &context, poll: poll)
+        }
+        guard let backend else { return wait(with: FutexWait(), &context, poll: poll) }
+        wait(with: SpinAfterWakeUp(inner: KernelWait(backend: backend)), &context, poll: poll)
+    }
+
+    /// The steps every strategy shares: a poll (or a wait a version-1 source's work makes one)
+    /// takes what is ready; a sleep starts the waiting phase, then the strategy sleeps.
+    @inline(__always)
+    private func wait<Strategy: LoopWaitStrategy>(with strategy: Strategy, _ context: inout RunContext, poll: Bool) {
+        guard strategy.begin(self, &context) else { return }
         if poll || sources1Pending(context) {
-            _ = wake.takeRequest()
-            askKernel(&context, backend)
+            strategy.poll(self, &context)
             return
         }
         enterPhase(.waiting, &context)
         if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
-        // After a wakeup from another thread more work usually follows within microseconds:
-        // watch for it briefly before paying for a sleep and a wakeup (see spinForWakeUp).
-        if !context.items.hasDescriptors && confined.recentCrossThreadWakeUp && spinForWakeUp() {
-            _ = wake.takeRequest()
-            return
-        }
-        wake.announceSleep()
-        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) {
-            confined.recentCrossThreadWakeUp = true
-            askKernel(&context, backend)
-            return
-        }
-        switch planSleep(context) {
-        case .none:
-            wake.endSleep()
-            askKernel(&context, backend)
-        case .spin(let until):
-            wake.endSleep()
-            spinUntilTimer(until, &context, backend)
-        case .kernel:
-            let set = context.items.interestSet ?? backend.baseSet
-            var outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
-            while wake.isStale(
-                wokenByEventfd: outcome.wokenByAnotherThread,
-                foundOtherWork: outcome.timerExpired || !context.scratch.kernelEvents.isEmpty,
-                attention: { source1Attention.load(ordering: .sequentiallyConsistent) })
-            {
-                outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
-            }
-            wake.endSleep()
-            confined.recentCrossThreadWakeUp = takeWaitOutcome(outcome)
-        }
+        strategy.sleep(self, &context)
     }
 
     /// Whether the loop has input its next pass would handle, so that it would not sleep now: a
@@ -99,14 +80,14 @@ extension RunLoop {
     /// sent while the loop ran in another mode): it keeps the loop awake, as a Mach port with a
     /// message does in CoreFoundation.
     @inline(__always)
-    private func sources1Pending(_ context: RunContext) -> Bool {
+    func sources1Pending(_ context: RunContext) -> Bool {
         source1Attention.load(ordering: .sequentiallyConsistent)
             || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
     }
 
     /// How the loop waits once it has announced its sleep: not at all (the deadline passed), in
     /// the kernel with the timerfd armed for the deadline, or on the CPU until a timer is due.
-    private func planSleep(_ context: RunContext) -> SleepPlan {
+    func planSleep(_ context: RunContext) -> SleepPlan {
         let spinWindow = timerSpinNs.load(ordering: .relaxed)
         return withState { state -> SleepPlan in
             let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
@@ -125,73 +106,6 @@ extension RunLoop {
             if deadline != state.armedDeadline { arm(&state, deadline) }
             return .kernel
         }
-    }
-
-    /// The wait of a loop that could not open its kernel descriptors: on a futex, until a wakeup,
-    /// the next timer, the run's deadline, or the next attempt to open them.
-    private func waitWithoutDescriptors(_ context: inout RunContext, poll: Bool) {
-        if poll || sources1Pending(context) {
-            _ = wake.takeRequest()
-            return
-        }
-        enterPhase(.waiting, &context)
-        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
-        sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
-        wake.announceSleep()
-        if wake.skipsSleep(handedOver: { handedOverWorkPending(context) }) { return }
-        defer { wake.endSleep() }
-        let deadline = state.locked { state in
-            min(state.modes[context.modeIndex].timers.coalescedDeadline(), context.deadline)
-        }
-        let now = LoopClock.now()
-        guard deadline > now else { return }
-        futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
-        _ = wake.takeRequest()
-    }
-
-    /// The wait of a loop on virtual time (VirtualTime.swift): it never blocks. Descriptors are
-    /// polled (they work as usual); a sleep becomes a jump of the thread's clock to when it would
-    /// have ended, the mode's next timer or the run's deadline, and the next pass runs at that
-    /// instant. It ends the run instead when the driver asked for that
-    /// (``VirtualTimeControl/stopWhenIdle``), when a pass limit is broken (here or in a nested
-    /// run: every run ends, out to the driver), or when nothing but another thread could end the
-    /// sleep.
-    private func waitOnVirtualTime(_ context: inout RunContext, poll: Bool) {
-        guard let control = confined.virtualTime else { return }
-        if let broken = control.brokenLimit ?? control.countPass(at: LoopClock.now()) {
-            // Every run ends, out to the driver; a run with a deadline gets there at once, so
-            // that `run(until:)` and its kind stop repeating.
-            control.record(broken, at: LoopClock.now())
-            control.countUnwoundRun()
-            if context.deadline != LoopClock.never { crlk_set_virtual_now(max(context.deadline, LoopClock.now())) }
-            wake.stopRun(context.id)
-            return
-        }
-        if poll || sources1Pending(context) {
-            _ = wake.takeRequest()
-            if let backend { askKernel(&context, backend) }
-            return
-        }
-        enterPhase(.waiting, &context)
-        if _slowPath(context.pass.tracing) { traceSleepBegin(&context) }
-        let wokenUp = wake.takeRequest() || handedOverWorkPending(context)
-        if let backend { askKernel(&context, backend) }
-        if wokenUp || !context.scratch.kernelEvents.isEmpty { return }
-        let now = LoopClock.now()
-        let timerDeadline = withState { $0.modes[context.modeIndex].timers.coalescedDeadline() }
-        if timerDeadline <= now { return }  // This pass fires it.
-        if control.stopWhenIdle && confined.runDepth == 1 {
-            control.record(.idle, at: now)
-            wake.stopRun(context.id)
-            return
-        }
-        let wakeAt = min(timerDeadline, context.deadline)
-        guard wakeAt != LoopClock.never else {
-            control.record(.sleepsForever, at: now)
-            wake.stopRun(context.id)
-            return
-        }
-        crlk_set_virtual_now(max(wakeAt, now))
     }
 
     /// Whether a pass in `mode` would have work now: blocks for it, a signalled version-0 source,
@@ -223,7 +137,7 @@ extension RunLoop {
 
     /// Asks the kernel, without blocking, which of the mode's descriptors are ready (nothing to
     /// ask when the mode watches none: timers are checked against the clock).
-    private func askKernel(_ context: inout RunContext, _ backend: EpollBackend) {
+    func askKernel(_ context: inout RunContext, _ backend: EpollBackend) {
         guard context.items.hasDescriptors, let set = context.items.interestSet else { return }
         _ = takeWaitOutcome(backend.wait(in: set, blocking: false, into: &context.scratch.kernelEvents))
     }
@@ -231,7 +145,7 @@ extension RunLoop {
     /// Takes what a wait found besides descriptor events: a wakeup from another thread (the
     /// request consumed) and the timer's expiry (the timerfd is disarmed). Returns whether
     /// another thread woke the loop.
-    private func takeWaitOutcome(_ outcome: EpollBackend.WaitOutcome) -> Bool {
+    func takeWaitOutcome(_ outcome: EpollBackend.WaitOutcome) -> Bool {
         // An exchange, not a store: it synchronizes with the waker, so what it queued before
         // waking is seen by the phases that follow.
         if outcome.wokenByAnotherThread { _ = wake.takeRequest() }
@@ -243,7 +157,7 @@ extension RunLoop {
     /// (see ``RunLoop/timerSpinWindow``). `sleeping` is clear meanwhile, so wakers only set the
     /// request flag, which this watches; the mode's descriptors are asked about every few
     /// microseconds.
-    private func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ backend: EpollBackend) {
+    func spinUntilTimer(_ deadline: Int64, _ context: inout RunContext, _ backend: EpollBackend) {
         var spins = 0
         while true {
             if wake.hasRequest {
@@ -270,7 +184,7 @@ extension RunLoop {
     /// Spins for at most ``LoopThreadState/spinNanoseconds`` watching for a wakeup request;
     /// returns whether one came. Used only right after a wakeup from another thread, so an idle
     /// loop or a loop woken by its own timers never spins.
-    private func spinForWakeUp() -> Bool {
+    func spinForWakeUp() -> Bool {
         let limit = LoopClock.now() &+ LoopThreadState.spinNanoseconds
         var spins = 0
         while !wake.hasRequest {

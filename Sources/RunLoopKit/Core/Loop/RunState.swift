@@ -146,5 +146,5 @@ final class LoopThreadState: @unchecked Sendable {
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
-    @exclusivity(unchecked) var virtualTime: VirtualTimeControl?
+    @exclusivity(unchecked) var virtualTimePolicy: (any VirtualTimePolicy)?
 }
