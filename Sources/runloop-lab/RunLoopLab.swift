@@ -57,7 +57,7 @@ struct TourCommand: ParsableCommand {
             try LabTrace.tracing(number: number, title: experiment.title, into: trace) { experiment.run() }
         }
         print("")
-        print("Tour done in \(Trace.ms(.now - started)).")
+        print("Tour done in \(TourLog.ms(.now - started)).")
     }
 }
 

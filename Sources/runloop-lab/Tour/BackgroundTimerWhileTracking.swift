@@ -48,7 +48,7 @@ struct BackgroundTimerWhileTracking: Experiment {
         }
         let main = RunLoop.main
         LabTrace.recordIfTracing(main)
-        let trace = Trace()
+        let trace = TourLog()
         let tally = Tally(trace: trace)
         let note = tally.note
 
@@ -89,7 +89,7 @@ struct BackgroundTimerWhileTracking: Experiment {
 
         for (index, (label, mode, length)) in Self.phases.enumerated() {
             tally.phase.store(index, ordering: .releasing)
-            trace.log("main thread: run(mode: .\(mode.rawValue), for: \(Trace.literal(length)))  [\(label)]")
+            trace.log("main thread: run(mode: .\(mode.rawValue), for: \(TourLog.literal(length)))  [\(label)]")
             // A run returns early after handling a source only when asked to; repeat until the
             // time is up (a stop by the libdispatch side is not expected, but harmless).
             let end = ContinuousClock.now + length
@@ -111,7 +111,7 @@ struct BackgroundTimerWhileTracking: Experiment {
         var rows: [String] = []
         for (index, (label, _, length)) in Self.phases.enumerated() {
             let row =
-                "\(label.padding(toLength: 14, withPad: " ", startingAt: 0)) \(Trace.ms(length, width: 6))"
+                "\(label.padding(toLength: 14, withPad: " ", startingAt: 0)) \(TourLog.ms(length, width: 6))"
                 + "   \(String(format: "%5d", count("tick", index)))"
                 + "   \(String(format: "%18d", count("update", index)))"
                 + "   \(String(format: "%28d", count("gcd", index)))"
@@ -139,9 +139,9 @@ private final class Tally: Sendable {
     let phase = Atomic<Int>(0)
     /// (kind, phase) of each event.
     let events = Mutex<[(String, Int)]>([])
-    private let trace: Trace
+    private let trace: TourLog
 
-    init(trace: Trace) { self.trace = trace }
+    init(trace: TourLog) { self.trace = trace }
 
     /// Counts an event of `kind` in the current run; logs `text` if it is one of the run's first two.
     @Sendable func note(_ kind: String, _ text: String) {

@@ -30,7 +30,7 @@ struct CoalescedCommit: Experiment {
 
     func run() {
         let trace = LoopThread.run(name: "commit") { loop in
-            let trace = Trace()
+            let trace = TourLog()
             let coalescer = CommitCoalescer(loop: loop, order: CommitCoalescer.defaultOrder)
             let applied = Mutex<[Int: Int]>([:])
             let layouts = SharedCounter()
@@ -56,7 +56,7 @@ struct CoalescedCommit: Experiment {
                 }
                 let took = ContinuousClock.now - started
                 trace.log(
-                    "    -> timer fired: \(Self.requests) setNeedsCommit(key:) calls in \(Trace.ms(took)) "
+                    "    -> timer fired: \(Self.requests) setNeedsCommit(key:) calls in \(TourLog.ms(took)) "
                         + "(\(Self.perCall(took)) each); \(coalescer.pendingCount) keys pending, \(coalescer.commitCount) commits so far")
             }
             loop.add(event, forMode: .default)

@@ -61,7 +61,7 @@ struct CrashGuardExperiment: Experiment {
                 process.terminationReason == .uncaughtSignal
                 ? "killed by signal \(process.terminationStatus)\(process.terminationStatus == SIGSEGV ? " (SIGSEGV)" : "")"
                 : "exited with status \(process.terminationStatus)"
-            Out.line("the child was \(how) after \(Trace.ms(took)) (process start included)")
+            Out.line("the child was \(how) after \(TourLog.ms(took)) (process start included)")
         }
         Out.conclusion(
             "the guard bought the pending work one more flush, and the crash still ended the process. Its "
@@ -86,7 +86,7 @@ struct CrashChildCommand: ParsableCommand {
         let start = ContinuousClock.now
         // Unbuffered: a crash must not take buffered lines with it.
         @Sendable func say(_ text: String) {
-            let line = Array("\(Trace.ms(.now - start, width: 6))  \(text)\n".utf8)
+            let line = Array("\(TourLog.ms(.now - start, width: 6))  \(text)\n".utf8)
             _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
         }
         let thread = LoopThread(name: "app") { loop in

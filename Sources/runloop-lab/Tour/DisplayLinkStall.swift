@@ -33,8 +33,8 @@ struct DisplayLinkStall: Experiment {
 
     func run() {
         let (trace, reports, frames, wakeups) = LoopThread.run(name: "display") {
-            loop -> (Trace, [FrameRateMonitor.Report], Int, Int) in
-            let trace = Trace()
+            loop -> (TourLog, [FrameRateMonitor.Report], Int, Int) in
+            let trace = TourLog()
             let count = SharedCounter()
             let link = DisplayLink(loop: loop, framesPerSecond: 60) { frame in
                 count.increment()
@@ -42,7 +42,7 @@ struct DisplayLinkStall: Experiment {
                     let late = ContinuousClock.now - frame.timestamp
                     trace.log(
                         "    frame #\(frame.sequence): \(frame.droppedFrames) frames dropped before it "
-                            + "(handled \(Trace.ms(late)) after its timestamp)")
+                            + "(handled \(TourLog.ms(late)) after its timestamp)")
                 }
             }
             let reports = Mutex<[FrameRateMonitor.Report]>([])
@@ -50,16 +50,16 @@ struct DisplayLinkStall: Experiment {
                 reports.withLock { $0.append(report) }
                 trace.log(
                     "    FrameRateMonitor: \(String(format: "%.1f", report.framesPerSecond)) fps over "
-                        + "\(Trace.ms(report.window)), \(report.frames) frames, \(report.droppedFrames) dropped, buckets "
+                        + "\(TourLog.ms(report.window)), \(report.frames) frames, \(report.droppedFrames) dropped, buckets "
                         + Self.buckets(report))
             }
             let stall = RunLoopTimer(after: Self.stallAt) { _ in
-                trace.log("    -> timer: layoutAllCells() busy for \(Trace.ms(Self.stall))")
+                trace.log("    -> timer: layoutAllCells() busy for \(TourLog.ms(Self.stall))")
                 let end = ContinuousClock.now + Self.stall
                 while ContinuousClock.now < end {}
             }
             loop.add(stall, forMode: .default)
-            trace.log("DisplayLink(framesPerSecond: 60) added; run(mode: .default, for: \(Trace.literal(Self.runFor)))")
+            trace.log("DisplayLink(framesPerSecond: 60) added; run(mode: .default, for: \(TourLog.literal(Self.runFor)))")
             loop.run(mode: .default, for: Self.runFor)
             let frames = count.count
 
@@ -67,7 +67,7 @@ struct DisplayLinkStall: Experiment {
             let wakeups = SharedCounter()
             let observer = RunLoopObserver(activities: .afterWaiting) { _, _ in wakeups.increment() }
             loop.add(observer, forMode: .default)
-            trace.log("link.isPaused = true; run(mode: .default, for: \(Trace.literal(Self.pauseFor)))")
+            trace.log("link.isPaused = true; run(mode: .default, for: \(TourLog.literal(Self.pauseFor)))")
             loop.run(mode: .default, for: Self.pauseFor)
             // The run's own timeout is one wakeup.
             trace.log("paused: \(count.count - frames) frames, \(wakeups.count - 1) wakeups besides the run's timeout")
@@ -80,7 +80,7 @@ struct DisplayLinkStall: Experiment {
         trace.printEvents()
         let dropped = reports.reduce(0) { $0 + $1.droppedFrames }
         Out.subheading(
-            "summary: \(frames) frames in \(Trace.ms(Self.runFor)) (60 Hz would be 60), \(dropped) dropped in the "
+            "summary: \(frames) frames in \(TourLog.ms(Self.runFor)) (60 Hz would be 60), \(dropped) dropped in the "
                 + "monitor's windows; \(wakeups) wakeups while paused")
     }
 

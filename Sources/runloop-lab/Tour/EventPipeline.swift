@@ -36,7 +36,7 @@ struct EventPipeline: Experiment {
     }
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         // `tour --trace` records the loop already (LoopThread): its recorder is the one to read.
         let recorder: TraceRecorder
         do { recorder = try LabTrace.recording ?? TraceRecorder(capacityPerLoop: 4_096) } catch {
@@ -87,9 +87,9 @@ struct EventPipeline: Experiment {
             switch span.kind {
             case .callout where span.phase == .sources1 || span.phase == .sources0:
                 pipelineLines += 1
-                Out.line("\(Trace.ms(span.start, width: 8))  pass \(span.firstPass)  \(span.phase!)  \(span.name)")
+                Out.line("\(TourLog.ms(span.start, width: 8))  pass \(span.firstPass)  \(span.phase!)  \(span.name)")
             case .sleep:
-                Out.line("\(Trace.ms(span.start + span.duration, width: 8))  pass \(span.firstPass)  woke: \(span.detail ?? "?")")
+                Out.line("\(TourLog.ms(span.start + span.duration, width: 8))  pass \(span.firstPass)  woke: \(span.detail ?? "?")")
             default: continue
             }
         }

@@ -36,7 +36,7 @@ struct GCDTimerWhileScrolling: Experiment {
     static let runFor = Duration.milliseconds(600)
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         let phase = Atomic<Int>(1)
         // (timer, phase) of each fire, in order.
         let fires = Mutex<[(String, Int)]>([])
@@ -75,7 +75,7 @@ struct GCDTimerWhileScrolling: Experiment {
             loop.add(loopTimer, forMode: .default)
             let scroll = RunLoopTimer(after: Self.scrollAt) { _ in
                 phase.store(2, ordering: .relaxed)
-                trace.log("finger down: run(mode: .tracking, for: \(Trace.literal(Self.scrollFor)))")
+                trace.log("finger down: run(mode: .tracking, for: \(TourLog.literal(Self.scrollFor)))")
                 loop.add(RunLoopSource {}, forMode: .tracking)  // a scroll view's source: .tracking is not empty
                 let result = loop.run(mode: .tracking, for: Self.scrollFor)
                 phase.store(3, ordering: .relaxed)
@@ -83,7 +83,7 @@ struct GCDTimerWhileScrolling: Experiment {
             }
             scroll.label = "finger down"
             loop.add(scroll, forMode: .default)
-            trace.log("run(mode: .default, for: \(Trace.literal(Self.runFor)))")
+            trace.log("run(mode: .default, for: \(TourLog.literal(Self.runFor)))")
             loop.run(mode: .default, for: Self.runFor)
             loopTimer.invalidate()
         }
@@ -101,7 +101,7 @@ struct GCDTimerWhileScrolling: Experiment {
         let (gcdLate, loopLate) = lateness.withLock { ($0.gcd.sorted(), $0.loop.sorted()) }
         func stats(_ values: [Duration]) -> String {
             guard let last = values.last else { return "no fires" }
-            return "median \(Trace.ms(values[values.count / 2])), max \(Trace.ms(last)) over \(values.count) fires"
+            return "median \(TourLog.ms(values[values.count / 2])), max \(TourLog.ms(last)) over \(values.count) fires"
         }
         Out.subheading(
             "lateness outside tracking: DispatchSourceTimer \(stats(gcdLate)); RunLoopTimer \(stats(loopLate)) "

@@ -29,7 +29,7 @@ struct HotThread: Experiment {
     static let patience = Duration.seconds(10)
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         let stop = SharedFlag(false)
         let named = DispatchSemaphore(value: 0)
         let stopped = DispatchSemaphore(value: 0)
@@ -46,8 +46,8 @@ struct HotThread: Experiment {
             if let start = spinStart.reading, let end = spinEnd.reading {
                 let split = ThreadMark.split(start, end)
                 trace.log(
-                    "spinner:  stopped after \(Trace.ms(split.wall)): \(Trace.ms(split.onCPU)) on a CPU, "
-                        + "\(Trace.ms(split.waiting)) waiting for one (its schedstat)")
+                    "spinner:  stopped after \(TourLog.ms(split.wall)): \(TourLog.ms(split.onCPU)) on a CPU, "
+                        + "\(TourLog.ms(split.waiting)) waiting for one (its schedstat)")
             }
             stopped.signal()
         }
@@ -63,7 +63,7 @@ struct HotThread: Experiment {
             threshold: Self.threshold, window: Self.window, sustainedWindows: Self.sustainedWindows, logger: nil)
         monitor.start { inbox.post($0) }
         trace.log(
-            "main:     CPUMonitor(threshold: \(Self.threshold), window: \(Trace.literal(Self.window)), "
+            "main:     CPUMonitor(threshold: \(Self.threshold), window: \(TourLog.literal(Self.window)), "
                 + "sustainedWindows: \(Self.sustainedWindows)).start")
 
         var others: [CPUEvent] = []
@@ -74,7 +74,7 @@ struct HotThread: Experiment {
             let samples = report.stacks.reduce(0) { $0 + $1.count }
             trace.log(
                 "monitor:  .hot '\(report.threadName)' (tid \(report.threadID)): \(usage) of a core in its last "
-                    + "\(report.usage.count) windows of \(Trace.ms(report.window))")
+                    + "\(report.usage.count) windows of \(TourLog.ms(report.window))")
             let distinct = report.stacks.count == 1 ? "1 distinct stack" : "\(report.stacks.count) distinct stacks"
             details.append("hotIn: \(report.hotIn ?? "?"); \(samples) samples, \(distinct)")
             if report.threadName != "spinner" {
@@ -88,7 +88,7 @@ struct HotThread: Experiment {
                 if top.frames.count > 4 { details.append("  ... \(top.frames.count - 4) more") }
             }
         } else {
-            trace.log("monitor:  no report for the spinner (tid \(tid)) within \(Trace.ms(Self.patience))")
+            trace.log("monitor:  no report for the spinner (tid \(tid)) within \(TourLog.ms(Self.patience))")
         }
         trace.log("main:     stop the spinner")
         stop.set(true)
@@ -96,7 +96,7 @@ struct HotThread: Experiment {
         monitor.stop()
 
         for event in trace.events {
-            Out.line("\(Trace.ms(event.at, width: 8))  \(event.text)")
+            Out.line("\(TourLog.ms(event.at, width: 8))  \(event.text)")
             if event.text.hasPrefix("monitor:  .hot") {
                 for line in details { Out.line("                     \(line)") }
             }
@@ -107,7 +107,7 @@ struct HotThread: Experiment {
         if found == nil {
             Out.conclusion(
                 "no report: the spinner did not stay above \(Int(Self.threshold * 100)) % of a core for "
-                    + "\(Self.sustainedWindows) windows in a row within \(Trace.ms(Self.patience)) "
+                    + "\(Self.sustainedWindows) windows in a row within \(TourLog.ms(Self.patience)) "
                     + "(a loaded machine leaves it less: see its time waiting for a CPU)")
         } else if let report = found?.report {
             Out.conclusion(

@@ -69,12 +69,12 @@ struct IdleImageLoading: Experiment {
         let burstDropped = burst.ticks.reduce(0) { $0 + $1.dropped }
         let idleDropped = idle.ticks.reduce(0) { $0 + $1.dropped }
         Out.subheading(
-            "summary: \(burstDropped) frames dropped and a frame \(Trace.ms(Self.worst(burst))) late at once; "
-                + "ZXYRunloop \(zxy.ticks.reduce(0) { $0 + $1.dropped }) dropped, at most \(Trace.ms(Self.worst(zxy))) late, "
+            "summary: \(burstDropped) frames dropped and a frame \(TourLog.ms(Self.worst(burst))) late at once; "
+                + "ZXYRunloop \(zxy.ticks.reduce(0) { $0 + $1.dropped }) dropped, at most \(TourLog.ms(Self.worst(zxy))) late, "
                 + "\(zxy.loadedCount) of \(Self.images) loaded, \(zxy.keepAliveFires ?? 0) keep-alive wakeups; "
-                + "IdleTaskQueue \(idleDropped) dropped and at most \(Trace.ms(Self.worst(idle))) late, "
+                + "IdleTaskQueue \(idleDropped) dropped and at most \(TourLog.ms(Self.worst(idle))) late, "
                 + "\(idle.loadedCount) of \(Self.images) loaded "
-                + "(bound: one task, \(Trace.ms(Self.decodeTime)))")
+                + "(bound: one task, \(TourLog.ms(Self.decodeTime)))")
     }
 
     /// How the images are loaded.
@@ -82,7 +82,7 @@ struct IdleImageLoading: Experiment {
 
     static func load(name: String, way: Way) -> Outcome {
         LoopThread.run(name: name) { loop in
-            let trace = Trace()
+            let trace = TourLog()
             let ticks = Mutex<[Tick]>([])
             let previous = Mutex<ContinuousClock.Instant?>(nil)
             let frames = RunLoopTimer(after: frame, repeating: frame) { timer in
@@ -162,12 +162,12 @@ struct IdleImageLoading: Experiment {
         Out.line(
             "\(ticks.count) frames fired, \(ticks.reduce(0) { $0 + $1.dropped }) dropped, "
                 + "\(ticks.filter { $0.late >= .milliseconds(4) }.count) late by 4 ms or more; "
-                + "lateness p50 \(Trace.ms(p50)), max \(Trace.ms(lateness.last ?? .zero))")
+                + "lateness p50 \(TourLog.ms(p50)), max \(TourLog.ms(lateness.last ?? .zero))")
         Out.line(
             "\(outcome.loadedCount) of \(images) images loaded"
                 + (outcome.keepAliveFires.map { "; the 0.001 s keep-alive timer fired \($0) times" } ?? ""))
         Out.line(
-            "images loaded from \(Trace.ms(outcome.firstLoaded)) to \(Trace.ms(outcome.lastLoaded)); "
+            "images loaded from \(TourLog.ms(outcome.firstLoaded)) to \(TourLog.ms(outcome.lastLoaded)); "
                 + "at most \(outcome.mostBetweenFrames) between two frames")
     }
 }

@@ -31,7 +31,7 @@ struct KeepAliveThreads: Experiment {
     }
 
     /// Counts the passes of a loop (entry observer) into `trace`.
-    private static func observePasses(_ loop: RunLoop, _ trace: Trace) -> RunLoopObserver {
+    private static func observePasses(_ loop: RunLoop, _ trace: TourLog) -> RunLoopObserver {
         let passes = SharedCounter()
         let observer = RunLoopObserver(activities: [.entry]) { _, _ in
             trace.log("loop:  pass \(passes.increment()) starts")
@@ -43,7 +43,7 @@ struct KeepAliveThreads: Experiment {
     /// (a) No loop: the thread runs its body once and ends, and its loop is torn down.
     private func threadThatDies() {
         Out.subheading("(a) a thread with no loop: it runs one task and ends (seed 000, 情景1)")
-        let trace = Trace()
+        let trace = TourLog()
         let thread = LoopThread(name: "one-shot") { _ in trace.log("thread: task runs, then the body returns") }
         thread.join()
         let loop = thread.loop
@@ -63,7 +63,7 @@ struct KeepAliveThreads: Experiment {
         Out.paragraph(
             "The seed runs until .distantFuture; here the date is now + 250 ms, so that the tour can go on: "
                 + "the loop ends at its date, never at a stop.", indent: 4)
-        let trace = Trace()
+        let trace = TourLog()
         let thread = LoopThread(name: "run-until") { loop in
             let port = MessagePort<Never> { _ in }  // the seed's addPort:[NSPort port]
             loop.add(port, forMode: .default)
@@ -90,7 +90,7 @@ struct KeepAliveThreads: Experiment {
     /// (c) The seeds' stoppable pattern, stopped from the thread itself with waitUntilDone.
     private func stoppableLoop() {
         Out.subheading("(c) while !stopped { run(mode: .default, before: .distantFuture) } (情景3)")
-        let trace = Trace()
+        let trace = TourLog()
         let stopped = SharedFlag(false)
         let thread = LoopThread(name: "stoppable") { loop in
             let port = MessagePort<Never> { _ in }
@@ -116,13 +116,13 @@ struct KeepAliveThreads: Experiment {
         trace.printEvents()
         Out.conclusion(
             "the flag ends the while loop and the stop ends the pass that would otherwise sleep until "
-                + ".distantFuture: the thread ended \(Trace.ms(joined - requested)) after the request")
+                + ".distantFuture: the thread ended \(TourLog.ms(joined - requested)) after the request")
     }
 
     /// (d) ``PermanentThread``.
     private func permanentThread() {
         Out.subheading("(d) PermanentThread: the pattern above, packaged (情景4, ZXYPermenantThread)")
-        let trace = Trace()
+        let trace = TourLog()
         let threadsBefore = Self.threadCount()
         let worker = PermanentThread(name: "permanent")
         let comm = (try? String(contentsOfFile: "/proc/self/task/\(worker.threadID)/comm", encoding: .utf8)) ?? "?"

@@ -61,7 +61,7 @@ struct LagMonitorSideBySide: Experiment {
         let unexpected: [Delivered]
 
         /// `instant` as a time since the stall started.
-        func since(_ instant: ContinuousClock.Instant) -> String { start.map { Trace.ms(instant - $0.at) } ?? "?" }
+        func since(_ instant: ContinuousClock.Instant) -> String { start.map { TourLog.ms(instant - $0.at) } ?? "?" }
     }
 
     func run() {
@@ -85,8 +85,8 @@ struct LagMonitorSideBySide: Experiment {
             inbox.post(Delivered(event: event, at: .now))
         }
         Out.line(
-            "StallMonitor(loops: [ui-loop\(main == nil ? "" : ", main")], threshold: \(Trace.literal(Self.threshold)), "
-                + "sampleInterval: \(Trace.literal(Self.sampleInterval))).start")
+            "StallMonitor(loops: [ui-loop\(main == nil ? "" : ", main")], threshold: \(TourLog.literal(Self.threshold)), "
+                + "sampleInterval: \(TourLog.literal(Self.sampleInterval))).start")
         Out.line(
             "the seeds' detectors beside it on each loop: observer + semaphore + watchdog, "
                 + seedOnWorker.map { "\($0.configuration.name) \($0.configuration.shortDescription)" }.joined(separator: ", "))
@@ -193,9 +193,9 @@ struct LagMonitorSideBySide: Experiment {
         }
         if let (result, error, took) = slept.withLock({ $0 }) {
             Out.line(
-                "(d) usleep(400 ms) returned \(result)\(result == 0 ? "" : " (errno \(error))") after \(Trace.ms(took)): "
+                "(d) usleep(400 ms) returned \(result)\(result == 0 ? "" : " (errno \(error))") after \(TourLog.ms(took)): "
                     + (result == 0 && took >= Self.stallLength
-                        ? "the whole sleep, though the monitor sampled the thread every \(Trace.ms(Self.sampleInterval)) (read where the kernel parked it, never signalled)"
+                        ? "the whole sleep, though the monitor sampled the thread every \(TourLog.ms(Self.sampleInterval)) (read where the kernel parked it, never signalled)"
                         : "cut short: watching changed the program"))
         }
         writeFlameGraphs(outcomes)
@@ -259,8 +259,8 @@ struct LagMonitorSideBySide: Experiment {
         if let start = outcome.start, let end = outcome.end {
             let split = ThreadMark.split(start, end)
             Out.line(
-                "the stall:    \(Trace.ms(split.wall)) (schedstat: \(Trace.ms(split.onCPU)) on a CPU, "
-                    + "\(Trace.ms(split.waiting)) waiting for one, \(Trace.ms(split.blocked)) blocked)")
+                "the stall:    \(TourLog.ms(split.wall)) (schedstat: \(TourLog.ms(split.onCPU)) on a CPU, "
+                    + "\(TourLog.ms(split.waiting)) waiting for one, \(TourLog.ms(split.blocked)) blocked)")
         }
 
         // The seeds' verdicts: one line per detector.
@@ -281,19 +281,19 @@ struct LagMonitorSideBySide: Experiment {
 
         // The monitor's reports.
         guard let began = outcome.began, case .began(let first) = began.event else {
-            Out.line("StallMonitor: no report within \(Trace.ms(Self.patience))")
+            Out.line("StallMonitor: no report within \(TourLog.ms(Self.patience))")
             return
         }
         Out.line(
-            "StallMonitor: .began at \(Trace.ms(first.duration)) (handed over at \(outcome.since(began.at))), "
+            "StallMonitor: .began at \(TourLog.ms(first.duration)) (handed over at \(outcome.since(began.at))), "
                 + "'\(first.threadName)' in phase \(first.phase)")
         guard let ended = outcome.ended, case .ended(let report) = ended.event else {
-            Out.line("              no .ended within \(Trace.ms(Self.patience))")
+            Out.line("              no .ended within \(TourLog.ms(Self.patience))")
             return
         }
         Out.line(
-            "              .ended after \(Trace.ms(report.duration)) (\(report.endReason?.rawValue ?? "?")): CPU "
-                + "\(Trace.ms(report.threadCPUTime)) of \(Trace.ms(report.cpuMeasuredOver)) watched = "
+            "              .ended after \(TourLog.ms(report.duration)) (\(report.endReason?.rawValue ?? "?")): CPU "
+                + "\(TourLog.ms(report.threadCPUTime)) of \(TourLog.ms(report.cpuMeasuredOver)) watched = "
                 + "\(Self.percent(report.cpuRatio)) (\(Self.verdict(report.cpuRatio)))")
         let capture = report.captureError.map { "; capture error: \($0)" } ?? ""
         let stacks = report.stacks.count == 1 ? "1 distinct stack" : "\(report.stacks.count) distinct stacks"
@@ -339,7 +339,7 @@ struct LagMonitorSideBySide: Experiment {
         }
         if let worst = lateness.max(), worst > .milliseconds(20) {
             text +=
-                " A .began reached the handler up to \(Trace.ms(worst)) after its report was made: the "
+                " A .began reached the handler up to \(TourLog.ms(worst)) after its report was made: the "
                 + "reporting thread symbolicates the stack first (slow on first use in a debug build); the "
                 + "sampling thread goes on sampling meanwhile."
         }

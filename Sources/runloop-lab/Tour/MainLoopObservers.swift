@@ -40,15 +40,15 @@ struct MainLoopObservers: Experiment {
 
     /// A cell whose release the trace shows.
     final class Cell: Sendable {
-        let trace: Trace
-        init(trace: Trace) { self.trace = trace }
+        let trace: TourLog
+        init(trace: TourLog) { self.trace = trace }
         deinit { trace.log("    IterationPool drain: cell object released (deinit)") }
     }
 
     func run() {
-        let (dump, trace) = LoopThread.run(name: "main-loop") { loop -> (String, Trace) in
+        let (dump, trace) = LoopThread.run(name: "main-loop") { loop -> (String, TourLog) in
             loop.addCommonMode(.tracking)
-            let trace = Trace()
+            let trace = TourLog()
             let pool = IterationPool(
                 loop: loop, pushOrder: IterationPool.uiKitOrders.push, popOrder: IterationPool.uiKitOrders.pop)
             let gesture = RunLoopObserver(activities: .beforeWaiting, order: 0) { _, _ in

@@ -34,7 +34,7 @@ struct MainQueueOnTheMainLoop: Experiment {
         }
         let loop = RunLoop.main
         LabTrace.recordIfTracing(loop)
-        let trace = Trace()
+        let trace = TourLog()
         let privateMode: RunLoop.Mode = "PrivateMode"
 
         trace.log("main:  DispatchQueue.main.async { A }; Task { @MainActor in B }")

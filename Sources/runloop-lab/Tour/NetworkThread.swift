@@ -37,7 +37,7 @@ struct NetworkThread: Experiment {
     }
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         let tally = Tally()
         let published = Mutex<Result<TCPEchoServer, any Error>?>(nil)
         let ready = DispatchSemaphore(value: 0)
@@ -126,7 +126,7 @@ struct NetworkThread: Experiment {
                 switch bigResult.withLock({ $0 })! {
                 case .success(let (tid, took, intact)):
                     trace.log(
-                        "main:    client B (thread \(tid)) got 1 MiB back \(intact ? "intact" : "CORRUPTED") in \(Trace.ms(took))"
+                        "main:    client B (thread \(tid)) got 1 MiB back \(intact ? "intact" : "CORRUPTED") in \(TourLog.ms(took))"
                     )
                 case .failure(let failure):
                     trace.log("main:    client B failed: \(failure)")

@@ -29,7 +29,7 @@ struct ObserverLog: Experiment {
 
     func run() {
         let (trace, result) = LoopThread.run(name: "observer-log") { loop in
-            let trace = Trace()
+            let trace = TourLog()
             let fires = SharedCounter()
             let observer = RunLoopObserver(activities: .allActivities) { _, activity in
                 trace.log(Self.label(activity))
@@ -42,7 +42,7 @@ struct ObserverLog: Experiment {
             loop.add(observer, forMode: .default)
             loop.add(timer, forMode: .default)
             let result = loop.run(mode: .default, for: Self.runFor)
-            trace.log("run(mode: .default, for: \(Trace.literal(Self.runFor))) returned .\(result)")
+            trace.log("run(mode: .default, for: \(TourLog.literal(Self.runFor))) returned .\(result)")
             timer.invalidate()
             observer.invalidate()
             return (trace, result)
@@ -54,14 +54,14 @@ struct ObserverLog: Experiment {
             var text = event.text
             if text.hasPrefix("beforeWaiting") { lastSleep = event.at }
             if text.hasPrefix("afterWaiting"), let slept = lastSleep {
-                text += " (slept \(Trace.ms(event.at - slept)))"
+                text += " (slept \(TourLog.ms(event.at - slept)))"
             }
-            Out.line("\(Trace.ms(event.at, width: 8))  \(text)")
+            Out.line("\(TourLog.ms(event.at, width: 8))  \(text)")
         }
 
         let texts = trace.events.map(\.text)
         func count(_ prefix: String) -> Int { texts.filter { $0.hasPrefix(prefix) }.count }
-        let total = trace.events.last.map { Trace.ms($0.at) } ?? "?"
+        let total = trace.events.last.map { TourLog.ms($0.at) } ?? "?"
         Out.subheading(
             "summary: \(count("beforeTimers")) passes, \(count("beforeWaiting")) sleeps, "
                 + "\(count("afterWaiting")) wakeups, \(count("    -> timer fired")) timer fires; "

@@ -28,7 +28,7 @@ struct PerformAfterOnIdleThread: Experiment {
         """
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         let ran = SharedFlag(false)
         let dump = LoopThread.run(name: "no-run") { loop -> String in
             trace.log("thread 'no-run': loop.perform(after: .zero) { ... }, then the thread's work ends")

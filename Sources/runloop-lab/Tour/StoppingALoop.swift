@@ -31,7 +31,7 @@ struct StoppingALoop: Experiment {
 
     /// Adds a source that is never signalled, so that `.default` is never empty (the seed adds an
     /// `NSMachPort` for the same reason), and an observer that logs each pass's entry and exit.
-    private static func prepare(_ loop: RunLoop, _ trace: Trace) -> (RunLoopSource, RunLoopObserver) {
+    private static func prepare(_ loop: RunLoop, _ trace: TourLog) -> (RunLoopSource, RunLoopObserver) {
         let keepAlive = RunLoopSource {}
         let passes = SharedCounter()
         let observer = RunLoopObserver(activities: [.entry, .exit]) { _, activity in
@@ -49,7 +49,7 @@ struct StoppingALoop: Experiment {
     /// (a) `run()` (CFRunLoopRun) returns when stopped.
     private func runForever() {
         Out.subheading("(a) run() (CFRunLoopRun): one stop() ends it")
-        let trace = Trace()
+        let trace = TourLog()
         let thread = LoopThread(name: "run-forever") { loop in
             let (keepAlive, observer) = Self.prepare(loop, trace)
             trace.log("loop:  run()")
@@ -65,14 +65,14 @@ struct StoppingALoop: Experiment {
         loop.stop()
         thread.join()
         trace.printEvents()
-        let returned = trace.events.last.map { Trace.ms($0.at - stopped) } ?? "?"
+        let returned = trace.events.last.map { TourLog.ms($0.at - stopped) } ?? "?"
         Out.conclusion("run() returned \(returned) after the stop")
     }
 
     /// (b) `run(until:)` (runUntilDate:) runs passes until its date; a stop ends only one pass.
     private func runUntilDate() {
         Out.subheading("(b) run(until: now + 300 ms) (runUntilDate:): three stop()s, and it still runs to its date")
-        let trace = Trace()
+        let trace = TourLog()
         let thread = LoopThread(name: "run-until") { loop in
             let (keepAlive, observer) = Self.prepare(loop, trace)
             trace.log("loop:  run(until: now + 300 ms)")
@@ -93,7 +93,7 @@ struct StoppingALoop: Experiment {
         let events = trace.events
         let passes = events.filter { $0.text.hasSuffix("(entry)") }.count
         let called = events.first { $0.text.hasSuffix("run(until: now + 300 ms)") }?.at ?? .zero
-        let returned = events.last.map { Trace.ms($0.at - called) } ?? "?"
+        let returned = events.last.map { TourLog.ms($0.at - called) } ?? "?"
         Out.conclusion(
             "3 stops, \(passes) passes; run(until:) returned \(returned) after it was called: at its date, not at a stop"
         )
@@ -108,7 +108,7 @@ struct StoppingALoop: Experiment {
         Out.subheading(
             "(c) seed 004's customStart/customStop: while shouldKeepRunning { run(mode:before: .distantFuture) }; "
                 + "shouldKeepRunning = false + an empty perform")
-        let trace = Trace()
+        let trace = TourLog()
         let shouldKeepRunning = SharedFlag(true)
         let thread = LoopThread(name: "stoppable") { loop in
             let (keepAlive, observer) = Self.prepare(loop, trace)
@@ -140,7 +140,7 @@ struct StoppingALoop: Experiment {
         let ended = trace.events.last.map(\.at) ?? requested
         Out.conclusion(
             "stop() alone ended pass 1 and the while loop started pass 2; with the flag cleared, the empty "
-                + "perform ended the run (no stop()), and the thread left the loop \(Trace.ms(ended - requested)) "
+                + "perform ended the run (no stop()), and the thread left the loop \(TourLog.ms(ended - requested)) "
                 + "after the request, as the seed says. (A block queued with perform {}, CFRunLoopPerformBlock, "
                 + "is not a source: it would run, but the run would go on sleeping until .distantFuture.)")
     }

@@ -37,8 +37,8 @@ struct TimerPitfalls: Experiment {
 
     /// (a) A timer blocked by a long task.
     private func longTask() {
-        let trace = LoopThread.run(name: "timer-busy") { loop -> Trace in
-            let trace = Trace()
+        let trace = LoopThread.run(name: "timer-busy") { loop -> TourLog in
+            let trace = TourLog()
             let interval = Duration.milliseconds(20)
             let first = ContinuousClock.now + interval
             let ticks = Atomic(0)
@@ -46,8 +46,8 @@ struct TimerPitfalls: Experiment {
                 let tick = ticks.add(1, ordering: .relaxed).newValue
                 let offset = ContinuousClock.now - first
                 trace.log(
-                    "tick \(tick): \(Trace.ms(ContinuousClock.now - timer.fireDate)) after its fire date "
-                        + "(\(Trace.ms(offset)) after the first)")
+                    "tick \(tick): \(TourLog.ms(ContinuousClock.now - timer.fireDate)) after its fire date "
+                        + "(\(TourLog.ms(offset)) after the first)")
                 if tick == 2 {
                     loop.perform {
                         trace.log("a block busy for 75 ms starts (the loop can fire nothing meanwhile)")
@@ -81,13 +81,13 @@ struct TimerPitfalls: Experiment {
     private func weakTarget() {
         final class Owner: Sendable {
             let timer = Mutex<RunLoopTimer?>(nil)
-            let trace: Trace
-            init(trace: Trace) { self.trace = trace }
+            let trace: TourLog
+            init(trace: TourLog) { self.trace = trace }
             func tick() { trace.log("owner.tick()") }
             deinit { trace.log("Owner deinit ran (the timer did not keep it alive)") }
         }
-        let trace = LoopThread.run(name: "timer-weak") { loop -> Trace in
-            let trace = Trace()
+        let trace = LoopThread.run(name: "timer-weak") { loop -> TourLog in
+            let trace = TourLog()
             weak var weakTimer: RunLoopTimer?
             do {
                 let owner = Owner(trace: trace)
@@ -117,8 +117,8 @@ struct TimerPitfalls: Experiment {
 
     /// (c) A delayed perform held back during `.tracking`.
     private func delayedPerform() {
-        let trace = LoopThread.run(name: "timer-image") { loop -> Trace in
-            let trace = Trace()
+        let trace = LoopThread.run(name: "timer-image") { loop -> TourLog in
+            let trace = TourLog()
             loop.add(RunLoopSource {}, forMode: .tracking)  // the scroll view's events
             let request = loop.perform(after: .milliseconds(10), inModes: [.default]) {
                 trace.log("imageView.image = image  (in mode \(loop.currentMode!.rawValue))")

@@ -44,7 +44,7 @@ struct TimerWhileScrolling: Experiment {
     func run() {
         let (trace, ticks) = LoopThread.run(name: "scrolling") { loop in
             loop.addCommonMode(.tracking)
-            let trace = Trace()
+            let trace = TourLog()
             let phase = Atomic<Int>(1)
             let ticks = Mutex<[Tick]>([])
 
@@ -64,14 +64,14 @@ struct TimerWhileScrolling: Experiment {
 
             let scroll = RunLoopTimer(after: Self.scrollAt) { _ in
                 phase.store(2, ordering: .relaxed)
-                trace.log("finger down: run(mode: .tracking, for: \(Trace.literal(Self.scrollFor))) (nested)")
+                trace.log("finger down: run(mode: .tracking, for: \(TourLog.literal(Self.scrollFor))) (nested)")
                 let result = loop.run(mode: .tracking, for: Self.scrollFor)
                 phase.store(3, ordering: .relaxed)
                 trace.log("finger up: the .tracking run returned .\(result); back in \(loop.currentMode!)")
             }
             loop.add(scroll, forMode: .default)
 
-            trace.log("run(mode: .default, for: \(Trace.literal(Self.runFor)))")
+            trace.log("run(mode: .default, for: \(TourLog.literal(Self.runFor)))")
             let result = loop.run(mode: .default, for: Self.runFor)
             trace.log("the .default run returned .\(result)")
             defaultTimer.invalidate()
@@ -98,8 +98,8 @@ struct TimerWhileScrolling: Experiment {
                 if !fired.isEmpty { line += " (in \(modes))" }
                 Out.line(line)
                 let times = fired.map { tick in
-                    let at = Trace.ms(tick.at).dropLast(3)
-                    return tick.late >= Self.interval / 2 ? "\(at) (late \(Trace.ms(tick.late)))" : String(at)
+                    let at = TourLog.ms(tick.at).dropLast(3)
+                    return tick.late >= Self.interval / 2 ? "\(at) (late \(TourLog.ms(tick.late)))" : String(at)
                 }
                 Out.paragraph(
                     times.isEmpty ? "stalled: it is not in this mode" : "at " + times.joined(separator: ", "),

@@ -54,7 +54,7 @@ struct URLConnectionThreads: Experiment {
     }
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         @Sendable func log(_ text: String) { trace.log("\(RunLoop.current.threadName.padding(toLength: 15, withPad: " ", startingAt: 0)) \(text)") }
 
         var ends: [Int32] = [0, 0]

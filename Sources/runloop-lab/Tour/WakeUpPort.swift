@@ -26,7 +26,7 @@ struct WakeUpPort: Experiment {
         """
 
     func run() {
-        let trace = Trace()
+        let trace = TourLog()
         // The Source0 the sleeper makes, for the waker to signal.
         let sleeperSource = SharedSlot<RunLoopSource>()
         let sleeper = LoopThread(name: "sleeper") { loop in
@@ -46,7 +46,7 @@ struct WakeUpPort: Experiment {
             // One line per pass that slept: what ended the sleep, read from the loop's own report.
             let reporter = loop.addIterationReporter { report in
                 guard report.wakeReason != .none else { return }
-                trace.log("    pass \(report.generation): woke by .\(report.wakeReason) after sleeping \(Trace.ms(report.slept))")
+                trace.log("    pass \(report.generation): woke by .\(report.wakeReason) after sleeping \(TourLog.ms(report.slept))")
             }
             sleeperSource.set(handled)
             trace.log("run(mode: .default, for: .seconds(1), returnAfterSourceHandled: true)")
@@ -89,7 +89,7 @@ struct WakeUpPort: Experiment {
     }
 
     /// Waits until the trace holds `count` `beforeWaiting` lines and the loop is asleep again.
-    private static func waitForNextSleep(_ loop: RunLoop, after trace: Trace, count: Int) {
+    private static func waitForNextSleep(_ loop: RunLoop, after trace: TourLog, count: Int) {
         while trace.events.filter({ $0.text == "beforeWaiting" }).count < count { usleep(200) }
         loop.waitUntilAsleep()
     }

@@ -311,7 +311,6 @@ struct PassInstrumentation {
     /// The flags read at the pass's start (``LoopInstrumentation/flags``).
     var flags: UInt8 = 0
     var phase: RunLoop.Phase = .notRunning
-    var generation: UInt64 = 0
     /// When the current phase began; valid while ``flags`` stamps phases.
     var phaseStartNs: Int64 = 0
     var times = RunLoop.PhaseTimes()

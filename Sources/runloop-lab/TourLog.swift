@@ -6,7 +6,7 @@ import Synchronization
 /// Loop threads only append (a lock and an array append, no I/O), so recording barely disturbs
 /// the timings it measures; the main thread prints the lines once the loop threads have finished.
 /// Times are relative to ``origin``, in milliseconds with one decimal.
-final class Trace: Sendable {
+final class TourLog: Sendable {
     /// One recorded line.
     struct Event: Sendable {
         /// When it happened, relative to the trace's origin.
@@ -38,7 +38,7 @@ final class Trace: Sendable {
 
     /// Prints every event as `   123.4 ms  text`, indented.
     func printEvents() {
-        for event in events { Out.line("\(Trace.ms(event.at, width: 8))  \(event.text)") }
+        for event in events { Out.line("\(TourLog.ms(event.at, width: 8))  \(event.text)") }
     }
 
     /// A duration as Swift source, e.g. `.milliseconds(350)`, for echoing calls in traces.
