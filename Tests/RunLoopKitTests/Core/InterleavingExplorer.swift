@@ -22,7 +22,7 @@ struct InterleavingExplorer {
     /// Stops after this many executions (a guard against a model that grew too big).
     var executionLimit = 200_000
 
-    struct Outcome {
+    struct Outcome: Sendable {
         var executions = 0
         /// The first failing execution's steps, and what it broke.
         var failure: (trace: [String], message: String)?

@@ -192,7 +192,9 @@ fileprivate final class WakeModel: @unchecked Sendable {
     }
 }
 
-@Suite struct WakeProtocolExplorerTests {
+// Serialized, and each exploration on a thread of its own (TestThreads.run): thousands of thread
+// handoffs must not hold the concurrency pool's threads, which other suites' tasks need.
+@Suite(.serialized) struct WakeProtocolExplorerTests {
     /// CHESS's observation: most concurrency bugs need two or three preemptions. Two-actor
     /// scenarios are explored with three (about 500-2,000 interleavings each), the three-actor one
     /// with two (about 4,700; with three it would be 64,500, 25 s).
@@ -235,7 +237,13 @@ fileprivate final class WakeModel: @unchecked Sendable {
             others: [{ $0.performBlock(.outer) }, { $0.wakeUp() }], bound: 2),
     ]
 
-    fileprivate static func explore(_ scenario: Scenario, omitting line: WakeProtocol.Line? = nil)
+    fileprivate static func explore(_ scenario: Scenario, omitting line: WakeProtocol.Line? = nil) async
+        -> InterleavingExplorer.Outcome?
+    {
+        await TestThreads.run(name: "rlk-explorer", timeout: .seconds(600)) { exploreHere(scenario, omitting: line) }
+    }
+
+    fileprivate static func exploreHere(_ scenario: Scenario, omitting line: WakeProtocol.Line?)
         -> InterleavingExplorer.Outcome
     {
         InterleavingExplorer(preemptionBound: scenario.bound).explore { execution in
@@ -247,8 +255,8 @@ fileprivate final class WakeModel: @unchecked Sendable {
 
     /// Every interleaving of every scenario, up to the bound, keeps every property.
     @Test(arguments: scenarios)
-    fileprivate func noInterleavingLosesAWakeup(_ scenario: Scenario) {
-        let outcome = Self.explore(scenario)
+    fileprivate func noInterleavingLosesAWakeup(_ scenario: Scenario) async {
+        guard let outcome = await Self.explore(scenario) else { return }
         print("wake protocol, \(scenario): \(outcome.executions) interleavings explored (preemption bound \(scenario.bound))")
         #expect(outcome.executions > 1)
         if let failure = outcome.failure {
@@ -264,9 +272,9 @@ fileprivate final class WakeModel: @unchecked Sendable {
         (.keepUserRequest, 1),
         (.lookForHandedOverWork, 2),
     ])
-    func removingALineIsCaught(_ line: WakeProtocol.Line, scenarioIndex: Int) {
+    func removingALineIsCaught(_ line: WakeProtocol.Line, scenarioIndex: Int) async {
         let scenario = Self.scenarios[scenarioIndex]
-        let outcome = Self.explore(scenario, omitting: line)
+        guard let outcome = await Self.explore(scenario, omitting: line) else { return }
         let failure = outcome.failure
         #expect(failure != nil, "without \(line), \(scenario) kept every property in \(outcome.executions) interleavings")
         if let failure {

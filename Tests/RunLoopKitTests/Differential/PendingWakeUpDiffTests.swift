@@ -9,7 +9,7 @@ import Testing
 // pass, so it makes two passes of them, RunLoopKit one (the documented "all events ready at a
 // wakeup are handled in that pass"): `stopFromEntryWithADueTimer_deviation`.
 
-@Suite("Differential: wakeups that survive their run (class C)")
+@Suite("Differential: wakeups that survive their run (class C)", .serialized)
 struct PendingWakeUpDiffTests {
     static let stopFromObserver: DiffScenario = { loop, trace in
         let observer = loop.makeObserver(DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
