@@ -25,6 +25,8 @@ struct PendingWakeUpDiffTests {
         trace("run 2: " + loop.run(DiffMode.default, 0.2))
         trace("run 3: " + loop.run(DiffMode.default, 0.2))
         later.invalidate()
+        past.invalidate()
+        observer.invalidate()
     }
 
     static let wakeUpFromExit: DiffScenario = { loop, trace in
@@ -37,6 +39,7 @@ struct PendingWakeUpDiffTests {
         trace("run 1: " + loop.run(DiffMode.default, 0.05))
         trace("run 2: " + loop.run(DiffMode.default, 0.05))
         loop.remove(source, DiffMode.default)
+        observer.invalidate()
     }
 
     static let stopFromEntry: DiffScenario = { loop, trace in
@@ -52,6 +55,7 @@ struct PendingWakeUpDiffTests {
         trace("run 1: " + loop.run(DiffMode.default, 0.05))
         trace("run 2: " + loop.run(DiffMode.default, 0.05))
         loop.remove(source, DiffMode.default)
+        observer.invalidate()
     }
 
     static let stopFromExitOfNested: DiffScenario = { loop, trace in
@@ -71,6 +75,10 @@ struct PendingWakeUpDiffTests {
         trace("run: " + loop.run(DiffMode.default, 0.1))
         loop.remove(source, DiffMode.default)
         loop.remove(source, DiffMode.my)
+        source.invalidate()
+        later.invalidate()
+        past.invalidate()
+        observer.invalidate()
     }
 
     static let stopFromEntryNoTimer: DiffScenario = { loop, trace in
@@ -84,6 +92,7 @@ struct PendingWakeUpDiffTests {
         trace("run 1: " + loop.run(DiffMode.default, 0.05))
         trace("run 2: " + loop.run(DiffMode.default, 0.05))
         loop.remove(source, DiffMode.default)
+        observer.invalidate()
     }
 
     @Test func stopFromBeforeWaitingAndExitObservers() { expectSameTrace(Self.stopFromObserver) }
