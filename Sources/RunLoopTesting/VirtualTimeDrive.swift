@@ -87,11 +87,18 @@ final class VirtualTimeDrive: VirtualTimePolicy {
     }
 
     func deadlinePolled(at now: Int64) -> Bool {
-        countPoll(at: now)
+        // Outside a drive (the test's body running the loop itself) the loop behaves as in
+        // production: nothing is counted, and no stop is recorded that would end later runs.
+        guard driving else { return false }
+        return countPoll(at: now)
     }
+
+    /// A drive (`advance`, `runUntilIdle`) is in progress.
+    private var driving = false
 
     /// Resets the counts and the stop for a new drive.
     func beginDrive(stopWhenIdle: Bool, maxPasses: Int, maxPassesAtInstant: Int) {
+        driving = true
         self.stopWhenIdle = stopWhenIdle
         self.maxPasses = maxPasses
         self.maxPassesAtInstant = maxPassesAtInstant
@@ -107,6 +114,7 @@ final class VirtualTimeDrive: VirtualTimePolicy {
     /// Back to no drive: no limits, no idle stop, no recorded stop.
     func endDrive() {
         beginDrive(stopWhenIdle: false, maxPasses: .max, maxPassesAtInstant: .max)
+        driving = false
     }
 
     /// Counts a pass at `now`; returns the limit it broke, if any.

@@ -666,4 +666,30 @@ final class PortLoopFlag: Sendable {
         #expect(
             outcome == ["default handledSource", "contains true", "later handledSource", "delivered [1, 2]"])
     }
+
+    /// A handler that sends to its own port and runs the loop nested (a connection flushing in a
+    /// callback): the nested run delivers the rest of the batch in flight, then the new message,
+    /// in order, and the outer delivery ends there. Before, the nested delivery replaced the batch
+    /// in flight and its rest was neither delivered nor returned by invalidate().
+    @Test func aNestedRunInAHandlerDeliversTheRestOfTheBatchThenTheNewMessage() async {
+        let delivered = await TestThreads.run(name: "rlk-port-nested") { () -> [Int] in
+            let loop = RunLoop.current
+            let log = LoopBound<[Int]>([], on: loop)
+            let portSlot = LoopBound<MessagePort<Int>?>(nil, on: loop)
+            let port = MessagePort<Int> { message in
+                log.value.append(message)
+                guard message == 1, let port = portSlot.value else { return }
+                try? port.send(99)
+                loop.run(mode: .default, for: .zero)
+            }
+            portSlot.value = port
+            loop.add(port, forMode: .default)
+            for message in 1...3 { try? port.send(message) }
+            loop.run(mode: .default, for: .zero)
+            loop.run(mode: .default, for: .zero)
+            let left = port.invalidate()
+            return log.value + left.map { -$0 }
+        }
+        #expect(delivered == [1, 2, 3, 99])
+    }
 }

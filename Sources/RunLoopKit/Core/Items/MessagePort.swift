@@ -245,7 +245,16 @@ final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
 
     @usableFromInline init() {}
 
-    @inlinable func begin(_ messages: Deque<Message>) { batch = messages }
+    /// Starts delivering `messages`; a delivery nested in a handler of the batch in flight (the
+    /// handler ran the loop) delivers what is left of it first, then these, in order: nothing
+    /// accepted is dropped.
+    @inlinable func begin(_ messages: Deque<Message>) {
+        if batch.isEmpty {
+            batch = messages
+        } else {
+            batch.append(contentsOf: messages)
+        }
+    }
 
     @inlinable func next() -> Message? { batch.popFirst() }
 

@@ -79,7 +79,6 @@ extension RunLoop {
             let entry = context.scratch.dueTimers[index]
             if index + lookahead < due { context.scratch.dueTimers[index + lookahead].prefetchTimer() }
             index += 1
-            let following = Self.firing(at: index, of: context.scratch.dueTimers, outer: outerFiring)
             // The entry's retain keeps the timer alive until `entry.release()`.
             unowned(unsafe) let timer = entry.timer
             switch prepareToFire(timer, entry) {
@@ -96,12 +95,14 @@ extension RunLoop {
                 swap(&context.scratch.dueTimers, &confined.firingBatch.entries)
                 confined.firingBatch.modeIndex = -1
                 timer.endFiring()
+                // After the handler: a run it nested may have taken over the rest of the batch.
+                let following = Self.firing(at: index, of: context.scratch.dueTimers, outer: outerFiring)
                 if timer.intervalNs == 0 {
                     retireOneShot(timer, modeIndex: modeIndex, following: following)
                 } else {
                     rescheduleAfterFire(timer, firedAt: firedAt, modeIndex: modeIndex, following: following)
                 }
-                floorRestored = index >= due
+                floorRestored = index >= context.scratch.dueTimers.count
             case .firingInOuterRun:
                 // Its entry goes back to the heap (with its retain) for when the outer run is done.
                 state.locked { state in state.modes[modeIndex].timers.insert(entry) }
@@ -122,7 +123,11 @@ extension RunLoop {
     @inline(__always)
     static func firing(at index: Int, of batch: ContiguousArray<TimerEntry>, outer: FiringTimer) -> FiringTimer {
         guard index < batch.count else { return outer }
-        let followingNs = index + 1 < batch.count ? batch[index + 1].fireNs : outer.countedNs
+        // The next live entry: a stale one (a timer moved, removed or invalidated since it was
+        // collected) no longer stands for its old date.
+        var next = index + 1
+        while next < batch.count && !batch[next].isLive { next += 1 }
+        let followingNs = next < batch.count ? batch[next].fireNs : outer.countedNs
         return FiringTimer(fireNs: batch[index].fireNs, timer: ObjectIdentifier(batch[index].timer), followingNs: followingNs)
     }
 
