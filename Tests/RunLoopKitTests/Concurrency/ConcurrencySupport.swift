@@ -90,7 +90,7 @@ final class ModalLoop: Sendable {
     }
 
     /// Ends the thread's runs and waits (bounded) until the thread has exited.
-    func finish(timeout: Duration = .seconds(30)) async -> Bool {
+    func finish(timeout: Duration = concurrencyPatience) async -> Bool {
         wanted.update { $0 = nil }
         loop.stop()
         return await thread.joinAsync(timeout: timeout)
@@ -154,7 +154,7 @@ actor LoopActor {
 /// Runs `operation` in a new task and waits for it at most `timeout`: its result, or nil (with an
 /// issue recorded) if it did not finish in time — a hang becomes a failure, not a stuck test run.
 func completes<T: Sendable>(
-    within timeout: Duration = .seconds(30),
+    within timeout: Duration = concurrencyPatience,
     sourceLocation: SourceLocation = #_sourceLocation,
     _ operation: @escaping @Sendable () async throws -> T
 ) async -> Result<T, any Error>? {
@@ -175,3 +175,10 @@ func completes<T: Sendable>(
 struct Boom: Error, Equatable {
     let code: Int
 }
+
+/// How long a test waits for an async operation before calling it hung: 30 s, or 180 s under a
+/// sanitizer. The operations run as tasks on the concurrency pool, which has one thread per core
+/// (two here); under ThreadSanitizer the synchronous suites that run meanwhile (the differential
+/// and fuzz suites block a pool thread for their whole run) can hold both threads for more than
+/// 30 s, and a task then waits without anything being wrong. A deadlock still fails.
+let concurrencyPatience: Duration = TestThreads.sanitized ? .seconds(180) : .seconds(30)

@@ -173,7 +173,7 @@ import Testing
         let actor = LoopActor(loop: host.loop)
         let tid = try #require(host.thread.tid())
 
-        let result = try #require(await completes(within: .seconds(30)) { try await actor.performOnOwnLoop() })
+        let result = try #require(await completes(within: concurrencyPatience) { try await actor.performOnOwnLoop() })
         let (value, inBody, afterwards) = try result.get()
         #expect(value == 7)
         #expect(inBody == Placement(onLoopThread: true, tid: tid, mode: .default))
@@ -200,7 +200,7 @@ import Testing
         _ = TestLog.recorder
         // The thread exits at once: its loop is torn down, and drops every block performed on it.
         let loop = try #require(await TestThreads.run(name: "rlk-conc-gone") { RunLoop.current })
-        let outcome = try #require(await completes(within: .seconds(30)) { try await loop.submit { 1 } })
+        let outcome = try #require(await completes(within: concurrencyPatience) { try await loop.submit { 1 } })
         #expect(throws: RunLoop.PerformError.threadExited) { try outcome.get() }
         let modes = try #require(await completes { try await loop.submit(inModes: [.tracking]) { 1 } })
         #expect(throws: RunLoop.PerformError.threadExited) { try modes.get() }
@@ -221,8 +221,8 @@ import Testing
         }
         #expect(outcome.read { $0 } == nil)
         exit.fire()
-        #expect(await thread.joinAsync(timeout: .seconds(30)))
-        #expect(await outcome.waitAsync(timeout: .seconds(30)) { $0 != nil }, "the waiting call ended")
+        #expect(await thread.joinAsync(timeout: concurrencyPatience))
+        #expect(await outcome.waitAsync(timeout: concurrencyPatience) { $0 != nil }, "the waiting call ended")
         let result = try #require(outcome.read { $0 })
         #expect(throws: RunLoop.PerformError.threadExited) { try result.get() }
     }
