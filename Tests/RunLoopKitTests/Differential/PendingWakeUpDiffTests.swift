@@ -42,20 +42,26 @@ struct PendingWakeUpDiffTests {
         observer.invalidate()
     }
 
-    static let stopFromEntry: DiffScenario = { loop, trace in
-        let source = loop.keepAlive()
-        let stops = DiffRef(0)
-        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
-            trace("observer \(DiffActivity.name(activity))")
-            if activity == DiffActivity.entry && stops.value == 0 { stops.value += 1; loop.stop() }
+    /// stop() from run 1's entry observer, then a second run; with `pastTimer`, a past-dated
+    /// timer is ready at that run's first wait too.
+    static func stopFromEntry(pastTimer: Bool) -> DiffScenario {
+        { loop, trace in
+            let source = loop.keepAlive()
+            let stops = DiffRef(0)
+            let activities = DiffActivity.entry | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit
+            let observer = loop.makeObserver(activities, repeats: true) { _, activity in
+                trace("observer \(DiffActivity.name(activity))")
+                if activity == DiffActivity.entry && stops.value == 0 { stops.value += 1; loop.stop() }
+            }
+            if pastTimer {
+                loop.add(loop.makeTimer(fireAt: -1) { _ in trace("past timer fired") }, DiffMode.default)
+            }
+            loop.add(observer, DiffMode.default)
+            trace("run 1: " + loop.run(DiffMode.default, 0.05))
+            trace("run 2: " + loop.run(DiffMode.default, 0.05))
+            loop.remove(source, DiffMode.default)
+            observer.invalidate()
         }
-        let past = loop.makeTimer(fireAt: -1) { _ in trace("past timer fired") }
-        loop.add(past, DiffMode.default)
-        loop.add(observer, DiffMode.default)
-        trace("run 1: " + loop.run(DiffMode.default, 0.05))
-        trace("run 2: " + loop.run(DiffMode.default, 0.05))
-        loop.remove(source, DiffMode.default)
-        observer.invalidate()
     }
 
     static let stopFromExitOfNested: DiffScenario = { loop, trace in
@@ -83,25 +89,11 @@ struct PendingWakeUpDiffTests {
         observer.invalidate()
     }
 
-    static let stopFromEntryNoTimer: DiffScenario = { loop, trace in
-        let source = loop.keepAlive()
-        let stops = DiffRef(0)
-        let observer = loop.makeObserver(DiffActivity.entry | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit, repeats: true) { _, activity in
-            trace("observer \(DiffActivity.name(activity))")
-            if activity == DiffActivity.entry && stops.value == 0 { stops.value += 1; loop.stop() }
-        }
-        loop.add(observer, DiffMode.default)
-        trace("run 1: " + loop.run(DiffMode.default, 0.05))
-        trace("run 2: " + loop.run(DiffMode.default, 0.05))
-        loop.remove(source, DiffMode.default)
-        observer.invalidate()
-    }
-
     @Test func stopFromBeforeWaitingAndExitObservers() { expectSameTrace(Self.stopFromObserver) }
 
     @Test func wakeUpFromAnExitObserver() { expectSameTrace(Self.wakeUpFromExit) }
 
-    @Test func stopFromAnEntryObserverMakesTheNextRunPassOnceMore() { expectSameTrace(Self.stopFromEntryNoTimer) }
+    @Test func stopFromAnEntryObserverMakesTheNextRunPassOnceMore() { expectSameTrace(Self.stopFromEntry(pastTimer: false)) }
 
     @Test func stopFromTheExitOfANestedRun() { expectSameTrace(Self.stopFromExitOfNested) }
 
@@ -110,7 +102,7 @@ struct PendingWakeUpDiffTests {
     /// pass and the wakeup port in the next (one more beforeWaiting/afterWaiting); RunLoopKit
     /// handles both in one pass.
     @Test func stopFromEntryWithADueTimer_deviation() {
-        let (cf, rlk) = differentialTraces(Self.stopFromEntry)
+        let (cf, rlk) = differentialTraces(Self.stopFromEntry(pastTimer: true))
         let head = ["observer entry", "observer exit", "run 1: stopped", "observer entry"]
         let pass = ["observer beforeWaiting", "observer afterWaiting"]
         #expect(cf == head + pass + ["past timer fired"] + pass + pass + ["observer exit", "run 2: timedOut"])
