@@ -98,7 +98,7 @@ public final class TraceRecorder: Sendable {
         let already = state.withLock { state in state.loops.contains { $0.loop === loop } }
         guard !already else { return }
         let buffer = TraceBuffer(capacity: capacityPerLoop)
-        let token = loop.attachTraceBuffer(buffer)
+        let token = loop.attachRecorder(LoopTraceWriter(buffer: buffer))
         let recorded = Recorded(
             loop: loop, buffer: buffer, token: token, threadID: loop.threadID, threadName: loop.threadName)
         let duplicate = state.withLock { state -> Bool in

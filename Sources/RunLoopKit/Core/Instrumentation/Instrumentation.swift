@@ -237,7 +237,7 @@ final class LoopInstrumentation: Sendable {
     /// Bits of ``flags``.
     static let stampPhases: UInt8 = 1
     static let reportIterations: UInt8 = 2
-    /// A trace buffer is attached (see Tracing.swift); not part of a pass's `flags`, which stamp
+    /// A recorder is attached (see Tracing.swift); not part of a pass's `flags`, which stamp
     /// phases.
     static let traceEvents: UInt8 = 4
 
@@ -254,9 +254,9 @@ final class LoopInstrumentation: Sendable {
     let flags = Atomic<UInt8>(0)
     /// Bumped when a reporter is added or removed: the loop then copies the list again.
     let reportersVersion = Atomic<UInt64>(0)
-    /// The attached trace buffer, and a version bumped at each change (the loop compares it once
-    /// per pass of its outermost run).
-    let traceBuffer = Mutex<TraceBuffer?>(nil)
+    /// The attached recorder (Tracing.swift), and a version bumped at each change (the loop
+    /// compares it once per pass of its outermost run).
+    let recorder = Mutex<(any LoopRecorder)?>(nil)
     let traceVersion = Atomic<UInt64>(0)
     /// `(label << 8 | kind) << 32 | sequence` of the callout in progress (see Callouts.swift).
     let calloutWord = Atomic<UInt64>(0)
@@ -295,7 +295,7 @@ final class LoopInstrumentation: Sendable {
             var flags: UInt8 = 0
             if watchers.load(ordering: .relaxed) > 0 { flags |= Self.stampPhases }
             if !reporters.list.isEmpty { flags |= Self.reportIterations | Self.stampPhases }
-            if traceBuffer.locked({ $0 != nil }) { flags |= Self.traceEvents }
+            if recorder.locked({ $0 != nil }) { flags |= Self.traceEvents }
             self.flags.store(flags, ordering: .relaxed)
             if flags & ~Self.traceEvents == 0 {
                 phaseStartNs.store(0, ordering: .relaxed)

@@ -1,6 +1,6 @@
 import Synchronization
 
-// Labels: the names a loop's items carry in traces (RunLoopMonitor's TraceRecorder) and in the
+// Labels: the names a loop's items carry for recorders (RunLoopMonitor's TraceRecorder) and in the
 // loop's description. An item with no label is named by its kind and a stable identity, not by its
 // `description`, which shows state that changes from one call to the next.
 
@@ -12,8 +12,8 @@ extension RunLoopSource: TraceNamed {
         set { traceNameSlot.label = newValue }
     }
 
-    func traceName(in buffer: TraceBuffer) -> UInt32 {
-        traceNameSlot.index(in: buffer) { "RunLoopSource \(objectAddress(self)) order \(order)" }
+    func traceName(_ loop: RunLoop) -> UInt32 {
+        traceNameSlot.index(in: loop) { "RunLoopSource \(objectAddress(self)) order \(order)" }
     }
 }
 
@@ -36,8 +36,8 @@ extension RunLoopTimer: TraceNamed {
         }
     }
 
-    func traceName(in buffer: TraceBuffer) -> UInt32 {
-        buffer.timerName(self) {
+    func traceName(_ loop: RunLoop) -> UInt32 {
+        loop.timerName(self) {
             label
                 ?? (intervalNs == 0
                     ? "RunLoopTimer \(objectAddress(self)) one-shot"
@@ -74,24 +74,6 @@ enum TimerLabels {
     }
 }
 
-extension TraceBuffer {
-    /// A timer's name index, cached by identity (timers have no room for a cache of their own).
-    /// Loop thread only (the attached loop's), like ``write(_:)``. A timer freed and another made
-    /// at its address with no label shows the first one's default name (its interval).
-    func timerName(_ timer: RunLoopTimer, identity: () -> String) -> UInt32 {
-        let version = TimerLabels.version.load(ordering: .acquiring)
-        if version != timerNamesVersion {
-            timerNames.removeAll(keepingCapacity: true)
-            timerNamesVersion = version
-        }
-        let id = ObjectIdentifier(timer)
-        if let index = timerNames[id] { return index }
-        let index = intern(identity())
-        if timerNames.count < Self.nameLimit { timerNames[id] = index }
-        return index
-    }
-}
-
 extension RunLoopObserver: TraceNamed {
     /// A name for the observer in traces and in its loop's description (e.g.
     /// `"_wrapRunLoopWithAutoreleasePoolHandler"`); nil (the default) names it
@@ -101,8 +83,8 @@ extension RunLoopObserver: TraceNamed {
         set { traceNameSlot.label = newValue }
     }
 
-    func traceName(in buffer: TraceBuffer) -> UInt32 {
-        traceNameSlot.index(in: buffer) { "RunLoopObserver \(objectAddress(self)) order \(order)" }
+    func traceName(_ loop: RunLoop) -> UInt32 {
+        traceNameSlot.index(in: loop) { "RunLoopObserver \(objectAddress(self)) order \(order)" }
     }
 }
 
@@ -114,8 +96,8 @@ extension MessagePort: TraceNamed {
         set { traceNameSlot.label = newValue }
     }
 
-    func traceName(in buffer: TraceBuffer) -> UInt32 {
-        traceNameSlot.index(in: buffer) { "MessagePort<\(Message.self)> \(objectAddress(self))" }
+    func traceName(_ loop: RunLoop) -> UInt32 {
+        traceNameSlot.index(in: loop) { "MessagePort<\(Message.self)> \(objectAddress(self))" }
     }
 }
 
@@ -127,7 +109,7 @@ extension FileDescriptorSource: TraceNamed {
         set { traceNameSlot.label = newValue }
     }
 
-    func traceName(in buffer: TraceBuffer) -> UInt32 {
-        traceNameSlot.index(in: buffer) { "FileDescriptorSource fd \(descriptor)" }
+    func traceName(_ loop: RunLoop) -> UInt32 {
+        traceNameSlot.index(in: loop) { "FileDescriptorSource fd \(descriptor)" }
     }
 }

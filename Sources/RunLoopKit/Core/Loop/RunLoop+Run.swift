@@ -522,7 +522,7 @@ extension RunLoop {
         let entry = wake.beginRun(id)
         let scratch = confined.spareScratch.popLast() ?? RunScratch()
         confined.runDepth += 1
-        if confined.runDepth == 1 { pickUpTraceBuffer() }
+        if confined.runDepth == 1 { pickUpRecorder() }
         var context = RunContext(
             id: id, wakeEntry: entry, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
@@ -611,7 +611,7 @@ extension RunLoop {
         context.pass.flags = flags & ~LoopInstrumentation.traceEvents
         if _slowPath(flags & LoopInstrumentation.traceEvents != 0 || confined.tracer != nil) {
             // Only between passes of the outermost run: no callout is in progress there.
-            if confined.runDepth == 1 { pickUpTraceBuffer() }
+            if confined.runDepth == 1 { pickUpRecorder() }
             context.pass.tracing = confined.tracer != nil
         }
         if context.pass.flags & LoopInstrumentation.reportIterations != 0 {

@@ -133,16 +133,32 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var firingBatch = TimerBatch()
     /// Runs in progress (1 in the outermost run).
     @exclusivity(unchecked) var runDepth = 0
-    /// The recording state while a trace buffer is attached (see Tracing.swift), and the attach
-    /// version it was made for.
-    @exclusivity(unchecked) var tracer: LoopTracer? {
-        didSet { tracerRef = tracer.map { Unmanaged.passUnretained($0) } }
+    /// The recorder while one is attached (see Tracing.swift), and the attach version it was
+    /// taken up at. It changes only between passes of the outermost run, when no callout is in
+    /// progress.
+    @exclusivity(unchecked) var tracer: (any LoopRecorder)? {
+        didSet {
+            tracerBox = tracer.map(RecorderBox.init)
+            tracerRef = tracerBox.map { Unmanaged.passUnretained($0) }
+            tracerTag = tracer?.nameTag ?? 0
+        }
     }
-    /// ``tracer``, unretained: what the phases call (a retain and release per event would cost
-    /// more than the event). It changes only between passes of the outermost run, when no callout
-    /// is in progress, and ``tracer`` keeps it alive.
-    @exclusivity(unchecked) var tracerRef: Unmanaged<LoopTracer>?
+    /// ``tracer`` in a box the hooks reach unretained (`RunLoop.recorder(_:)`): a retain and
+    /// release per event would cost a third of a recorded event. It changes only between passes
+    /// of the outermost run, when no callout is in progress, and ``tracerBox`` keeps it alive.
+    @exclusivity(unchecked) var tracerBox: RecorderBox?
+    @exclusivity(unchecked) var tracerRef: Unmanaged<RecorderBox>?
+    /// ``tracer``'s name tag, read once (items' cached names are checked against it per callout);
+    /// 0 while none is attached (what the callout hooks test).
+    @exclusivity(unchecked) var tracerTag: UInt32 = 0
     @exclusivity(unchecked) var traceVersion: UInt64 = 0
+    /// Repeated callouts folded before they reach ``tracer`` (see Tracing.swift).
+    @exclusivity(unchecked) var fold = TraceFold(limit: 0)
+    /// Timers' name indexes for ``tracer`` (see `RunLoop.timerName`), and the labels' version
+    /// they were taken at; at most ``timerNameLimit``.
+    @exclusivity(unchecked) var timerNames: [ObjectIdentifier: UInt32] = [:]
+    @exclusivity(unchecked) var timerNamesVersion: UInt64 = 0
+    static let timerNameLimit = 65_536
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.

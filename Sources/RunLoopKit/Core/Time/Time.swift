@@ -100,6 +100,10 @@ extension RunLoop {
     /// `instant` in the loop clock's nanoseconds (saturated far in the past or future).
     package static func nanoseconds(of instant: ContinuousClock.Instant) -> Int64 { LoopClock.nanoseconds(instant) }
 
+    /// The loop clock now, in nanoseconds (the calling thread's virtual clock on virtual time):
+    /// what recorders stamp events with.
+    package static var clockNanoseconds: Int64 { LoopClock.now() }
+
     /// The instant of the loop clock's `nanoseconds`.
     package static func instant(ofNanoseconds nanoseconds: Int64) -> ContinuousClock.Instant {
         LoopClock.instant(nanoseconds)
