@@ -123,16 +123,23 @@ let package = Package(
                 "RunLoopTesting",
                 "CRunLoopKit",
                 "CAllocationCounter",
-                // The echo server's tests (Tests/RunLoopKitTests/Network) test the lab's server.
+                // The echo server's tests (Tests/RunLoopKitTests/LabNetwork) test the lab's server.
                 "RunLoopLabNetwork",
+                "SharedTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // Test-only: what several test targets share: the one swift-metrics factory of the test
-        // process, and the launcher of the probe executables (Tests/SharedTestSupport).
+        // Test-only: what every test target shares (Tests/SharedTestSupport): the thread host,
+        // bounded waits, the child-process launcher, sanitizer detection, the process's threads,
+        // the exclusive-suite trait, and the one swift-log and swift-metrics backend of the test
+        // process.
         .target(
             name: "SharedTestSupport",
             dependencies: [
+                "RunLoopKit",
+                "CRunLoopKit",
+                "CAllocationCounter",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ],
@@ -163,7 +170,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RunLoopTestingTests",
-            dependencies: ["RunLoopKit", "RunLoopTesting", "RunLoopScheduling"]
+            dependencies: ["RunLoopKit", "RunLoopTesting", "RunLoopScheduling", "SharedTestSupport"]
         ),
         .testTarget(
             name: "RunLoopSchedulingTests",

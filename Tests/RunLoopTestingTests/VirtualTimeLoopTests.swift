@@ -2,6 +2,7 @@ import Glibc
 import RunLoopKit
 import RunLoopScheduling
 import RunLoopTesting
+import SharedTestSupport
 import Synchronization
 import Testing
 

@@ -1,5 +1,6 @@
 import CRunLoopKit
 import RunLoopKit
+import SharedTestSupport
 import Synchronization
 import Testing
 

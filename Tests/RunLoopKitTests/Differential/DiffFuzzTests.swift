@@ -1,4 +1,5 @@
 import Foundation
+import SharedTestSupport
 import Testing
 
 // A seeded, randomized differential test: random scripts of run-loop operations (Source0s with

@@ -1,4 +1,5 @@
 import Foundation
+import SharedTestSupport
 
 // The differential scenarios. Each one is written once against `LoopDriver`
 // (Support/CFHarness.swift) and run by DifferentialTests.swift on CFRunLoop and on RunLoopKit.

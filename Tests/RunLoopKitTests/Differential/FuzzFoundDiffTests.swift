@@ -1,4 +1,5 @@
 import Foundation
+import SharedTestSupport
 import Testing
 
 // Regression tests for divergences between CFRunLoop and RunLoopKit that reading CF's source and

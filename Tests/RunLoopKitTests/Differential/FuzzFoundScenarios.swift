@@ -1,4 +1,5 @@
 import Foundation
+import SharedTestSupport
 
 // Scenarios for the divergences between CFRunLoop and RunLoopKit found by reading CF's source
 // (/tmp/CFRunLoop.c is swift-corelibs-foundation's, the CF `import CoreFoundation` runs here) and

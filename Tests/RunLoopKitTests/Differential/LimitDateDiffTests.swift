@@ -1,5 +1,6 @@
 import CoreFoundation
 import Foundation
+import SharedTestSupport
 import Synchronization
 import Testing
 

@@ -1,3 +1,4 @@
+import SharedTestSupport
 import Testing
 
 // Class C of the wake-up audit: a wakeup (from stop() or wakeUp()) made where no wait follows in

@@ -1,5 +1,6 @@
 import Foundation
 import RunLoopKit
+import SharedTestSupport
 
 import class RunLoopKit.RunLoop
 

@@ -1,8 +1,9 @@
-import CRunLoopKit
 import CoreFoundation
+import CRunLoopKit
 import Foundation
 import Glibc
 import RunLoopKit
+import SharedTestSupport
 import Testing
 
 import class RunLoopKit.RunLoop

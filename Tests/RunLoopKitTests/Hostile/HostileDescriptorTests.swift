@@ -1,4 +1,5 @@
 import Glibc
+import SharedTestSupport
 import Synchronization
 import SystemPackage
 import Testing

@@ -1,5 +1,6 @@
 import CRunLoopKit
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 

@@ -1,4 +1,5 @@
 import Glibc
+import SharedTestSupport
 import Testing
 
 @testable import RunLoopKit

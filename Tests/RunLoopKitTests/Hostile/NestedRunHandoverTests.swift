@@ -1,4 +1,5 @@
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 
@@ -154,41 +155,39 @@ import Testing
     }
 }
 
-extension Robustness {
-    /// Items added for `.common` and then removed from every mode are only in the loop's common
-    /// lists. When the loop's thread exits, the teardown unties them too: using them afterwards
-    /// (invalidating, setting a fire date) must not touch the freed loop (AddressSanitizer reports
-    /// a use after free otherwise), and they can join another loop.
-    @Suite struct TeardownOfCommonItemsTests {
-        @Test func itemsOnlyInTheCommonListsAreUntiedWhenTheThreadExits() async {
-            let items = await TestThreads.run(name: "common-only") {
-                () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
-                let loop = RunLoop.current
-                let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
-                let source = RunLoopSource {}
-                let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
-                loop.add(timer, forMode: .common)
-                loop.add(source, forMode: .common)
-                loop.add(observer, forMode: .common)
-                loop.remove(timer, forMode: .default)
-                loop.remove(source, forMode: .default)
-                loop.remove(observer, forMode: .default)
-                return (timer, source, observer)
-            }
-            guard let (timer, source, observer) = items else { return }
-            // The loop is gone: these must not reach it.
-            timer.fireDate = .now + .seconds(7200)
-            #expect(timer.isValid)
-            let reused = await TestThreads.run(name: "common-reuse") { () -> Bool in
-                let loop = RunLoop.current
-                loop.add(timer, forMode: .default)
-                return loop.contains(timer, inMode: .default)
-            }
-            #expect(reused == true, "the timer could not join another loop")
-            timer.invalidate()
-            source.invalidate()
-            observer.invalidate()
-            #expect(!timer.isValid && !source.isValid && !observer.isValid)
+/// Items added for `.common` and then removed from every mode are only in the loop's common
+/// lists. When the loop's thread exits, the teardown unties them too: using them afterwards
+/// (invalidating, setting a fire date) must not touch the freed loop (AddressSanitizer reports
+/// a use after free otherwise), and they can join another loop.
+@Suite(.serialized, .exclusive(.robustness)) struct TeardownOfCommonItemsTests {
+    @Test func itemsOnlyInTheCommonListsAreUntiedWhenTheThreadExits() async {
+        let items = await TestThreads.run(name: "common-only") {
+            () -> (RunLoopTimer, RunLoopSource, RunLoopObserver) in
+            let loop = RunLoop.current
+            let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
+            let source = RunLoopSource {}
+            let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
+            loop.add(timer, forMode: .common)
+            loop.add(source, forMode: .common)
+            loop.add(observer, forMode: .common)
+            loop.remove(timer, forMode: .default)
+            loop.remove(source, forMode: .default)
+            loop.remove(observer, forMode: .default)
+            return (timer, source, observer)
         }
+        guard let (timer, source, observer) = items else { return }
+        // The loop is gone: these must not reach it.
+        timer.fireDate = .now + .seconds(7200)
+        #expect(timer.isValid)
+        let reused = await TestThreads.run(name: "common-reuse") { () -> Bool in
+            let loop = RunLoop.current
+            loop.add(timer, forMode: .default)
+            return loop.contains(timer, inMode: .default)
+        }
+        #expect(reused == true, "the timer could not join another loop")
+        timer.invalidate()
+        source.invalidate()
+        observer.invalidate()
+        #expect(!timer.isValid && !source.isValid && !observer.isValid)
     }
 }

@@ -1,6 +1,7 @@
 import CRunLoopKit
 import Dispatch
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 
@@ -11,120 +12,118 @@ import Testing
 // record of where it is must agree, so that `invalidate()` finds and removes it everywhere.
 // Serialized: each test's two racers want a core each; five pairs at once on 2 cores mostly wait.
 
-extension Robustness {
-    @Suite(.serialized) struct RegistrationRace {
-        static let rounds = TestThreads.scaled(20_000, minimum: 2_000)
+@Suite(.serialized, .exclusive(.robustness)) struct RegistrationRace {
+    static let rounds = TestThreads.scaled(20_000, minimum: 2_000)
 
-        /// A source is in `.default`; thread A removes it while thread B adds it again. Then it is
-        /// invalidated: it must be gone from the mode, and its schedule and cancel callbacks must
-        /// balance.
-        @Test func aSourceRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
-            let outcome = await raceRounds(Self.rounds * 3) { loop, round in
-                let scheduled = Atomic<Int>(0)
-                let cancelled = Atomic<Int>(0)
-                let source = RunLoopSource(
-                    onSchedule: { _, _ in scheduled.add(1, ordering: .relaxed) },
-                    onCancel: { _, _ in cancelled.add(1, ordering: .relaxed) }, perform: {})
-                loop.add(source, forMode: .default)
-                return RaceRound(
-                    remover: { loop.remove(source, forMode: .default) },
-                    adder: { loop.add(source, forMode: .default) },
-                    check: {
-                        source.invalidate()
-                        let stillThere = loop.contains(source, inMode: .default)
-                        let balance = scheduled.load(ordering: .relaxed) - cancelled.load(ordering: .relaxed)
-                        return stillThere || balance != 0
-                            ? "round \(round): after invalidate() the source is in the mode: \(stillThere), schedules - cancels = \(balance)"
-                            : nil
-                    })
-            }
-            #expect(
-                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    /// A source is in `.default`; thread A removes it while thread B adds it again. Then it is
+    /// invalidated: it must be gone from the mode, and its schedule and cancel callbacks must
+    /// balance.
+    @Test func aSourceRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
+        let outcome = await raceRounds(Self.rounds * 3) { loop, round in
+            let scheduled = Atomic<Int>(0)
+            let cancelled = Atomic<Int>(0)
+            let source = RunLoopSource(
+                onSchedule: { _, _ in scheduled.add(1, ordering: .relaxed) },
+                onCancel: { _, _ in cancelled.add(1, ordering: .relaxed) }, perform: {})
+            loop.add(source, forMode: .default)
+            return RaceRound(
+                remover: { loop.remove(source, forMode: .default) },
+                adder: { loop.add(source, forMode: .default) },
+                check: {
+                    source.invalidate()
+                    let stillThere = loop.contains(source, inMode: .default)
+                    let balance = scheduled.load(ordering: .relaxed) - cancelled.load(ordering: .relaxed)
+                    return stillThere || balance != 0
+                        ? "round \(round): after invalidate() the source is in the mode: \(stillThere), schedules - cancels = \(balance)"
+                        : nil
+                })
         }
+        #expect(
+            outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    }
 
-        /// The same race on `.common`.
-        @Test func aCommonSourceRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
-            let outcome = await raceRounds(Self.rounds * 3) { loop, round in
-                let source = RunLoopSource {}
-                loop.add(source, forMode: .common)
-                return RaceRound(
-                    remover: { loop.remove(source, forMode: .common) },
-                    adder: { loop.add(source, forMode: .common) },
-                    check: {
-                        source.invalidate()
-                        let stillThere = [RunLoop.Mode.common, .default].filter { loop.contains(source, inMode: $0) }
-                        return stillThere.isEmpty
-                            ? nil : "round \(round): after invalidate() the source is in \(stillThere)"
-                    })
-            }
-            #expect(
-                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    /// The same race on `.common`.
+    @Test func aCommonSourceRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
+        let outcome = await raceRounds(Self.rounds * 3) { loop, round in
+            let source = RunLoopSource {}
+            loop.add(source, forMode: .common)
+            return RaceRound(
+                remover: { loop.remove(source, forMode: .common) },
+                adder: { loop.add(source, forMode: .common) },
+                check: {
+                    source.invalidate()
+                    let stillThere = [RunLoop.Mode.common, .default].filter { loop.contains(source, inMode: $0) }
+                    return stillThere.isEmpty
+                        ? nil : "round \(round): after invalidate() the source is in \(stillThere)"
+                })
         }
+        #expect(
+            outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    }
 
-        /// A source is in `.default`; thread A invalidates it while thread B adds it to `.default`
-        /// again. An add that loses to the invalidation must not take away the membership an
-        /// earlier add made without its cancel callback: schedules and cancels balance.
-        @Test func reAddingASourceWhileItIsInvalidatedKeepsItsCallbacksBalanced() async {
-            let outcome = await raceRounds(Self.rounds) { loop, round in
-                let scheduled = Atomic<Int>(0)
-                let cancelled = Atomic<Int>(0)
-                let source = RunLoopSource(
-                    onSchedule: { _, _ in scheduled.add(1, ordering: .relaxed) },
-                    onCancel: { _, _ in cancelled.add(1, ordering: .relaxed) }, perform: {})
-                loop.add(source, forMode: .default)
-                return RaceRound(
-                    remover: { source.invalidate() },
-                    adder: { loop.add(source, forMode: .default) },
-                    check: {
-                        let stillThere = loop.contains(source, inMode: .default)
-                        let (schedules, cancels) = (
-                            scheduled.load(ordering: .relaxed), cancelled.load(ordering: .relaxed)
-                        )
-                        return stillThere || schedules != cancels
-                            ? "round \(round): in the mode after invalidate(): \(stillThere); \(schedules) schedules, \(cancels) cancels"
-                            : nil
-                    })
-            }
-            #expect(
-                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    /// A source is in `.default`; thread A invalidates it while thread B adds it to `.default`
+    /// again. An add that loses to the invalidation must not take away the membership an
+    /// earlier add made without its cancel callback: schedules and cancels balance.
+    @Test func reAddingASourceWhileItIsInvalidatedKeepsItsCallbacksBalanced() async {
+        let outcome = await raceRounds(Self.rounds) { loop, round in
+            let scheduled = Atomic<Int>(0)
+            let cancelled = Atomic<Int>(0)
+            let source = RunLoopSource(
+                onSchedule: { _, _ in scheduled.add(1, ordering: .relaxed) },
+                onCancel: { _, _ in cancelled.add(1, ordering: .relaxed) }, perform: {})
+            loop.add(source, forMode: .default)
+            return RaceRound(
+                remover: { source.invalidate() },
+                adder: { loop.add(source, forMode: .default) },
+                check: {
+                    let stillThere = loop.contains(source, inMode: .default)
+                    let (schedules, cancels) = (
+                        scheduled.load(ordering: .relaxed), cancelled.load(ordering: .relaxed)
+                    )
+                    return stillThere || schedules != cancels
+                        ? "round \(round): in the mode after invalidate(): \(stillThere); \(schedules) schedules, \(cancels) cancels"
+                        : nil
+                })
         }
+        #expect(
+            outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    }
 
-        /// The same race for an observer.
-        @Test func anObserverRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
-            let outcome = await raceRounds(Self.rounds) { loop, round in
-                let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
-                loop.add(observer, forMode: .default)
-                return RaceRound(
-                    remover: { loop.remove(observer, forMode: .default) },
-                    adder: { loop.add(observer, forMode: .default) },
-                    check: {
-                        observer.invalidate()
-                        return loop.contains(observer, inMode: .default)
-                            ? "round \(round): after invalidate() the observer is still in the mode" : nil
-                    })
-            }
-            #expect(
-                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    /// The same race for an observer.
+    @Test func anObserverRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
+        let outcome = await raceRounds(Self.rounds) { loop, round in
+            let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
+            loop.add(observer, forMode: .default)
+            return RaceRound(
+                remover: { loop.remove(observer, forMode: .default) },
+                adder: { loop.add(observer, forMode: .default) },
+                check: {
+                    observer.invalidate()
+                    return loop.contains(observer, inMode: .default)
+                        ? "round \(round): after invalidate() the observer is still in the mode" : nil
+                })
         }
+        #expect(
+            outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    }
 
-        /// The same race for a timer (its membership is kept under both locks: a control).
-        @Test func aTimerRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
-            let outcome = await raceRounds(Self.rounds) { loop, round in
-                let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
-                loop.add(timer, forMode: .default)
-                return RaceRound(
-                    remover: { loop.remove(timer, forMode: .default) },
-                    adder: { loop.add(timer, forMode: .default) },
-                    check: {
-                        timer.invalidate()
-                        return loop.contains(timer, inMode: .default)
-                            || loop.nextTimerFireDate(forMode: .default) != nil
-                            ? "round \(round): after invalidate() the timer is still in the mode" : nil
-                    })
-            }
-            #expect(
-                outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
+    /// The same race for a timer (its membership is kept under both locks: a control).
+    @Test func aTimerRemovedAndReAddedConcurrentlyIsStillRemovedByInvalidate() async {
+        let outcome = await raceRounds(Self.rounds) { loop, round in
+            let timer = RunLoopTimer(after: .seconds(3600)) { _ in }
+            loop.add(timer, forMode: .default)
+            return RaceRound(
+                remover: { loop.remove(timer, forMode: .default) },
+                adder: { loop.add(timer, forMode: .default) },
+                check: {
+                    timer.invalidate()
+                    return loop.contains(timer, inMode: .default)
+                        || loop.nextTimerFireDate(forMode: .default) != nil
+                        ? "round \(round): after invalidate() the timer is still in the mode" : nil
+                })
         }
+        #expect(
+            outcome.failures == 0, "\(outcome.failures) of \(outcome.rounds) rounds; first: \(outcome.first ?? "")")
     }
 }
 

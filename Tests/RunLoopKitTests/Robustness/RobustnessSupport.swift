@@ -1,17 +1,17 @@
 import CRunLoopKit
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 
 @testable import RunLoopKit
 
-/// Issue 2's robustness tests: stress, thread exit, bad input, lost wakeups.
-///
-/// The suites are serialized among themselves: several of them load both cores for seconds, and
-/// their time bounds assume they do not compete with each other. Iteration counts scale with
-/// `RUNLOOPKIT_STRESS_SCALE` (default 1; 0.1 under a sanitizer) and time-boxed phases with
-/// `RUNLOOPKIT_STRESS_SECONDS`.
-@Suite(.serialized) struct Robustness {}
+// The robustness tests: stress, thread exit, bad input, lost wakeups (and the keep-alive, echo
+// server and dead-loop suites). Their suites are marked `.exclusive(.robustness)`
+// (SharedTestSupport): several load both cores for seconds or count the process's threads and
+// descriptors exactly, and their bounds assume no other suite of the group runs alongside.
+// Iteration counts scale with `RUNLOOPKIT_STRESS_SCALE` (default 1; 0.1 under a sanitizer) and
+// time-boxed phases with `RUNLOOPKIT_STRESS_SECONDS`.
 
 /// A seed for this run: `RUNLOOPKIT_STRESS_SEED` if set, else from the clock.
 func stressSeed() -> UInt64 {

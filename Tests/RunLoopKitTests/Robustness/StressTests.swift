@@ -1,5 +1,6 @@
 import CRunLoopKit
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 
@@ -10,149 +11,147 @@ import Testing
 // runs (callbacks run the loop again in other modes), and a second loop shares the sources. At
 // the end the loop must still answer, and the books must balance.
 
-extension Robustness {
-    @Suite struct Stress {
-        @Test func manyThreadsChangeItemsWhileTheLoopRunsAndNests() async {
-            let seed = stressSeed()
-            let duration = TestThreads.stressDuration(.seconds(3))
-            let world = StressWorld(seed: seed)
-            let comment = Comment(rawValue: "seed \(seed) (replay with RUNLOOPKIT_STRESS_SEED=\(seed))")
+@Suite(.serialized, .exclusive(.robustness)) struct Stress {
+    @Test func manyThreadsChangeItemsWhileTheLoopRunsAndNests() async {
+        let seed = stressSeed()
+        let duration = TestThreads.stressDuration(.seconds(3))
+        let world = StressWorld(seed: seed)
+        let comment = Comment(rawValue: "seed \(seed) (replay with RUNLOOPKIT_STRESS_SEED=\(seed))")
 
-            guard
-                let other = TestThread.hostingLoop(
-                    name: "rlk-stress-b",
-                    run: { loop in
-                        while !world.finishing.load(ordering: .acquiring) {
-                            loop.run(mode: .default, for: .milliseconds(10))
-                        }
-                        _ = world.released.wait(timeout: .seconds(120))
-                    })
-            else { return }
-            guard
-                let host = TestThread.hostingLoop(
-                    name: "rlk-stress-a",
-                    setup: { loop in
-                        loop.add(RunLoopSource {}, forMode: StressWorld.nested)
-                        loop.add(world.keepAlive, forMode: .default)
-                    },
-                    run: { loop in world.runLoopThread(loop) })
-            else { return }
-            world.loops = [host.loop, other.loop]
-            world.ready.fire()
-
-            let start = ContinuousClock.now
-            let workers = (0..<4).map { index in
-                TestThread(name: "rlk-stress-\(index)") {
-                    world.work(index: index, until: start + duration)
-                }
-            }
-            var workersDone = true
-            for worker in workers {
-                workersDone = await worker.joinAsync(timeout: duration + .seconds(60)) && workersDone
-            }
-            #expect(workersDone, "the workers finished (no deadlock) (seed \(seed))")
-            world.finishing.store(true, ordering: .releasing)
-            host.loop.wakeUp()
-            #expect(await world.drained.waitAsync(timeout: .seconds(60)) { $0 }, "the loop drained (seed \(seed))")
-
-            // Membership, checked while both loops live (a thread's exit removes everything).
-            let modes: [RunLoop.Mode] = [
-                .default, .common, StressWorld.nested, StressWorld.extra, StressWorld.lateCommon,
-            ]
-            var unbalanced: [String] = []
-            var stillIn: [String] = []
-            for (index, tracked) in world.allSources.locked({ $0 }).enumerated() {
-                #expect(!tracked.source.isValid)
-                let schedules = tracked.scheduled.load(ordering: .relaxed)
-                let cancels = tracked.cancelled.load(ordering: .relaxed)
-                if schedules != cancels {
-                    unbalanced.append("source \(index): \(schedules) schedules, \(cancels) cancels")
-                }
-                for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(tracked.source, inMode: mode) {
-                        stillIn.append("source \(index) in \(mode)")
+        guard
+            let other = TestThread.hostingLoop(
+                name: "rlk-stress-b",
+                run: { loop in
+                    while !world.finishing.load(ordering: .acquiring) {
+                        loop.run(mode: .default, for: .milliseconds(10))
                     }
-                }
-            }
-            for (index, timer) in world.allTimers.locked({ $0 }).enumerated() {
-                for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(timer, inMode: mode) {
-                        stillIn.append("timer \(index) in \(mode)")
-                    }
-                }
-            }
-            for (index, observer) in world.allObservers.locked({ $0 }).enumerated() {
-                for loop in [host.loop, other.loop] {
-                    for mode in modes where loop.contains(observer, inMode: mode) {
-                        stillIn.append("observer \(index) in \(mode)")
-                    }
-                }
-            }
-            #expect(
-                unbalanced.isEmpty, "schedule and cancel callbacks balance: \(unbalanced.prefix(10)) (seed \(seed))")
-            #expect(stillIn.isEmpty, "invalidated items are gone: \(stillIn.prefix(10)) (seed \(seed))")
-            #expect(!host.loop.allModes.contains(.common), ".common is never a real mode (seed \(seed))")
-            #expect(host.loop.allModes.isSubset(of: Set(modes)), comment)
+                    _ = world.released.wait(timeout: .seconds(120))
+                })
+        else { return }
+        guard
+            let host = TestThread.hostingLoop(
+                name: "rlk-stress-a",
+                setup: { loop in
+                    loop.add(RunLoopSource {}, forMode: StressWorld.nested)
+                    loop.add(world.keepAlive, forMode: .default)
+                },
+                run: { loop in world.runLoopThread(loop) })
+        else { return }
+        world.loops = [host.loop, other.loop]
+        world.ready.fire()
 
-            // Still responsive: a block, a timer and a source, each within a bound.
-            let loop = host.loop
-            let blockRan = TestEvent()
-            loop.perform { blockRan.fire() }
-            #expect(await blockRan.waitAsync(timeout: .seconds(10)) { $0 }, "a performed block runs (seed \(seed))")
-            let timerFired = TestEvent()
-            loop.add(RunLoopTimer(after: .milliseconds(1)) { _ in timerFired.fire() }, forMode: .default)
-            #expect(await timerFired.waitAsync(timeout: .seconds(10)) { $0 }, "a new timer fires (seed \(seed))")
-            let performed = TestEvent()
-            let probe = RunLoopSource { performed.fire() }
-            loop.add(probe, forMode: .default)
-            probe.signal()
-            loop.wakeUp()
-            #expect(
-                await performed.waitAsync(timeout: .seconds(10)) { $0 }, "a signalled source performs (seed \(seed))")
-
-            loop.perform {
-                world.finalStop.store(true, ordering: .releasing)
-                RunLoop.current.stop()
+        let start = ContinuousClock.now
+        let workers = (0..<4).map { index in
+            TestThread(name: "rlk-stress-\(index)") {
+                world.work(index: index, until: start + duration)
             }
-            world.released.fire()
-            #expect(await host.joinAsync(timeout: .seconds(30)), "the loop thread ended (seed \(seed))")
-            #expect(await other.joinAsync(timeout: .seconds(30)), "the second loop thread ended (seed \(seed))")
-            let elapsed = secondsSince(start)
-
-            // The books.
-            let submitted = world.blocksSubmitted.load(ordering: .relaxed)
-            let runs = world.blockRuns.locked { Array($0.prefix(submitted)) }
-            let notRun = runs.filter { $0 == 0 }.count
-            let ranTwice = runs.filter { $0 > 1 }.count
-            #expect(
-                notRun == 0 && ranTwice == 0,
-                "every block ran exactly once: \(notRun) never, \(ranTwice) more than once of \(submitted) (seed \(seed))"
-            )
-            #expect(
-                world.offThread.load(ordering: .relaxed) == 0, "callbacks run on their loop's thread (seed \(seed))")
-            #expect(
-                world.modeMismatches.load(ordering: .relaxed) == 0,
-                "currentMode is the innermost run's mode (seed \(seed))")
-            #expect(
-                world.finalCurrentMode.locked { $0 } == .some(nil),
-                "currentMode is nil once the runs returned (seed \(seed))")
-
-            // The stress did stress.
-            let counts = world.counts()
-            #expect(counts["nested runs", default: 0] > 0, comment)
-            // Under a sanitizer one pass can take seconds (it fires every timer due when it began,
-            // thousands here, and a run nested in one of their handlers takes over the rest of
-            // them, as in CoreFoundation), so one run that reached its end is all it can promise.
-            #expect(
-                counts["outer runs", default: 0] >= (TestThreads.sanitized ? 1 : 3),
-                "the outer runs reach their deadlines (seed \(seed))")
-            #expect(counts["timer fires", default: 0] > 0, comment)
-            #expect(counts["source performs", default: 0] > 0, comment)
-            #expect(counts["observer calls", default: 0] > 0, comment)
-            #expect(submitted > 0, comment)
-            world.breakCycles()
-            print("Stress: \(elapsed) s, seed \(seed), blocks \(submitted), \(counts.sorted { $0.key < $1.key })")
         }
+        var workersDone = true
+        for worker in workers {
+            workersDone = await worker.joinAsync(timeout: duration + .seconds(60)) && workersDone
+        }
+        #expect(workersDone, "the workers finished (no deadlock) (seed \(seed))")
+        world.finishing.store(true, ordering: .releasing)
+        host.loop.wakeUp()
+        #expect(await world.drained.waitAsync(timeout: .seconds(60)) { $0 }, "the loop drained (seed \(seed))")
+
+        // Membership, checked while both loops live (a thread's exit removes everything).
+        let modes: [RunLoop.Mode] = [
+            .default, .common, StressWorld.nested, StressWorld.extra, StressWorld.lateCommon,
+        ]
+        var unbalanced: [String] = []
+        var stillIn: [String] = []
+        for (index, tracked) in world.allSources.locked({ $0 }).enumerated() {
+            #expect(!tracked.source.isValid)
+            let schedules = tracked.scheduled.load(ordering: .relaxed)
+            let cancels = tracked.cancelled.load(ordering: .relaxed)
+            if schedules != cancels {
+                unbalanced.append("source \(index): \(schedules) schedules, \(cancels) cancels")
+            }
+            for loop in [host.loop, other.loop] {
+                for mode in modes where loop.contains(tracked.source, inMode: mode) {
+                    stillIn.append("source \(index) in \(mode)")
+                }
+            }
+        }
+        for (index, timer) in world.allTimers.locked({ $0 }).enumerated() {
+            for loop in [host.loop, other.loop] {
+                for mode in modes where loop.contains(timer, inMode: mode) {
+                    stillIn.append("timer \(index) in \(mode)")
+                }
+            }
+        }
+        for (index, observer) in world.allObservers.locked({ $0 }).enumerated() {
+            for loop in [host.loop, other.loop] {
+                for mode in modes where loop.contains(observer, inMode: mode) {
+                    stillIn.append("observer \(index) in \(mode)")
+                }
+            }
+        }
+        #expect(
+            unbalanced.isEmpty, "schedule and cancel callbacks balance: \(unbalanced.prefix(10)) (seed \(seed))")
+        #expect(stillIn.isEmpty, "invalidated items are gone: \(stillIn.prefix(10)) (seed \(seed))")
+        #expect(!host.loop.allModes.contains(.common), ".common is never a real mode (seed \(seed))")
+        #expect(host.loop.allModes.isSubset(of: Set(modes)), comment)
+
+        // Still responsive: a block, a timer and a source, each within a bound.
+        let loop = host.loop
+        let blockRan = TestEvent()
+        loop.perform { blockRan.fire() }
+        #expect(await blockRan.waitAsync(timeout: .seconds(10)) { $0 }, "a performed block runs (seed \(seed))")
+        let timerFired = TestEvent()
+        loop.add(RunLoopTimer(after: .milliseconds(1)) { _ in timerFired.fire() }, forMode: .default)
+        #expect(await timerFired.waitAsync(timeout: .seconds(10)) { $0 }, "a new timer fires (seed \(seed))")
+        let performed = TestEvent()
+        let probe = RunLoopSource { performed.fire() }
+        loop.add(probe, forMode: .default)
+        probe.signal()
+        loop.wakeUp()
+        #expect(
+            await performed.waitAsync(timeout: .seconds(10)) { $0 }, "a signalled source performs (seed \(seed))")
+
+        loop.perform {
+            world.finalStop.store(true, ordering: .releasing)
+            RunLoop.current.stop()
+        }
+        world.released.fire()
+        #expect(await host.joinAsync(timeout: .seconds(30)), "the loop thread ended (seed \(seed))")
+        #expect(await other.joinAsync(timeout: .seconds(30)), "the second loop thread ended (seed \(seed))")
+        let elapsed = secondsSince(start)
+
+        // The books.
+        let submitted = world.blocksSubmitted.load(ordering: .relaxed)
+        let runs = world.blockRuns.locked { Array($0.prefix(submitted)) }
+        let notRun = runs.filter { $0 == 0 }.count
+        let ranTwice = runs.filter { $0 > 1 }.count
+        #expect(
+            notRun == 0 && ranTwice == 0,
+            "every block ran exactly once: \(notRun) never, \(ranTwice) more than once of \(submitted) (seed \(seed))"
+        )
+        #expect(
+            world.offThread.load(ordering: .relaxed) == 0, "callbacks run on their loop's thread (seed \(seed))")
+        #expect(
+            world.modeMismatches.load(ordering: .relaxed) == 0,
+            "currentMode is the innermost run's mode (seed \(seed))")
+        #expect(
+            world.finalCurrentMode.locked { $0 } == .some(nil),
+            "currentMode is nil once the runs returned (seed \(seed))")
+
+        // The stress did stress.
+        let counts = world.counts()
+        #expect(counts["nested runs", default: 0] > 0, comment)
+        // Under a sanitizer one pass can take seconds (it fires every timer due when it began,
+        // thousands here, and a run nested in one of their handlers takes over the rest of
+        // them, as in CoreFoundation), so one run that reached its end is all it can promise.
+        #expect(
+            counts["outer runs", default: 0] >= (TestThreads.sanitized ? 1 : 3),
+            "the outer runs reach their deadlines (seed \(seed))")
+        #expect(counts["timer fires", default: 0] > 0, comment)
+        #expect(counts["source performs", default: 0] > 0, comment)
+        #expect(counts["observer calls", default: 0] > 0, comment)
+        #expect(submitted > 0, comment)
+        world.breakCycles()
+        print("Stress: \(elapsed) s, seed \(seed), blocks \(submitted), \(counts.sorted { $0.key < $1.key })")
     }
 }
 

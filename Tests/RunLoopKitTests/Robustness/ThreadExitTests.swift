@@ -1,5 +1,6 @@
 import CRunLoopKit
 import Glibc
+import SharedTestSupport
 import Synchronization
 import Testing
 
@@ -8,127 +9,125 @@ import Testing
 // Thread exit tears the thread's loop down (the DocC article FailureModes): its items leave (sources get their cancel
 // callbacks) and its kernel descriptors are closed.
 
-extension Robustness {
-    @Suite struct ThreadExit {
-        /// 1,000 threads each make a loop, add a timer and a source, run briefly and exit; once all
-        /// are joined, the process has the descriptors it started with. Runs in a child process so
-        /// that tests running in parallel in this process cannot disturb the count.
-        @Test func aThousandLoopThreadsLeaveNoDescriptorsBehind() async {
-            // The child reports a failure on stderr and still exits 0: the expectation returns the
-            // observed output only when its exit condition holds, and the message is what tells
-            // what went wrong. A crash still fails the exit condition.
-            let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-                if let failure = loopThreadChurn(threads: 1000, concurrently: 4) {
-                    writeToStandardError("RLK-CHURN-FAILURE \(failure)\n")
-                }
-            }
-            if let result {
-                let text = String(decoding: result.standardErrorContent, as: UTF8.self)
-                #expect(!text.contains("RLK-CHURN-FAILURE"), Comment(rawValue: text))
+@Suite(.serialized, .exclusive(.robustness)) struct ThreadExit {
+    /// 1,000 threads each make a loop, add a timer and a source, run briefly and exit; once all
+    /// are joined, the process has the descriptors it started with. Runs in a child process so
+    /// that tests running in parallel in this process cannot disturb the count.
+    @Test func aThousandLoopThreadsLeaveNoDescriptorsBehind() async {
+        // The child reports a failure on stderr and still exits 0: the expectation returns the
+        // observed output only when its exit condition holds, and the message is what tells
+        // what went wrong. A crash still fails the exit condition.
+        let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+            if let failure = loopThreadChurn(threads: 1000, concurrently: 4) {
+                writeToStandardError("RLK-CHURN-FAILURE \(failure)\n")
             }
         }
-
-        /// The same churn in this process, counting only what must hold whatever else runs: every
-        /// timer fired, every source performed, and every source's cancel callback ran.
-        @Test func loopThreadChurnInProcessCallsEveryCancel() async {
-            let failure = await TestThreads.run(name: "rlk-churn-main", timeout: .seconds(120)) {
-                loopThreadChurn(threads: TestThreads.scaled(200, minimum: 20), concurrently: 4, checkDescriptors: false)
-            }
-            #expect(failure == .some(nil))
+        if let result {
+            let text = String(decoding: result.standardErrorContent, as: UTF8.self)
+            #expect(!text.contains("RLK-CHURN-FAILURE"), Comment(rawValue: text))
         }
+    }
 
-        @Test func aSourceIsCancelledOnItsLoopsThreadWhenThatThreadExits() async {
-            _ = TestLog.recorder
-            struct Event: Sendable, Hashable {
-                let tid: Int32
-                let mode: String
-            }
-            let schedules = Mutex<[Event]>([])
-            let cancels = Mutex<[Event]>([])
-            let exitMode: RunLoop.Mode = "RobustnessExit"
-            let source = RunLoopSource(
-                onSchedule: { _, mode in schedules.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) }
-                },
-                onCancel: { _, mode in cancels.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) } },
-                perform: {})
-            let commonSource = RunLoopSource(onCancel: { _, mode in
-                cancels.locked { $0.append(Event(tid: crlk_gettid(), mode: "common:" + mode.rawValue)) }
-            }) {}
-            let timer = RunLoopTimer(after: .seconds(3600), repeating: .seconds(3600)) { _ in }
-            let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
+    /// The same churn in this process, counting only what must hold whatever else runs: every
+    /// timer fired, every source performed, and every source's cancel callback ran.
+    @Test func loopThreadChurnInProcessCallsEveryCancel() async {
+        let failure = await TestThreads.run(name: "rlk-churn-main", timeout: .seconds(120)) {
+            loopThreadChurn(threads: TestThreads.scaled(200, minimum: 20), concurrently: 4, checkDescriptors: false)
+        }
+        #expect(failure == .some(nil))
+    }
 
-            let published = TestMonitor<RunLoop?>(nil)
-            let thread = TestThread(name: "rlk-exit") {
-                let loop = RunLoop.current
-                loop.add(source, forMode: .default)
-                loop.add(source, forMode: exitMode)
-                loop.add(commonSource, forMode: .common)
-                loop.add(timer, forMode: .common)
-                loop.add(observer, forMode: .default)
-                loop.perform(inModes: [exitMode]) {}  // stays queued: dropped at teardown
-                loop.run(mode: .default, for: .milliseconds(1))
-                published.update { $0 = loop }
-            }
-            guard await thread.joinAsync(timeout: .seconds(10)), let loop = published.read({ $0 }),
-                let tid = thread.started.read({ $0 })
-            else {
-                Issue.record("the loop thread did not exit")
-                return
-            }
-            let scheduled = Set(schedules.locked { $0 })
-            let cancelled = cancels.locked { $0 }
-            #expect(
-                scheduled == [
+    @Test func aSourceIsCancelledOnItsLoopsThreadWhenThatThreadExits() async {
+        _ = TestLog.recorder
+        struct Event: Sendable, Hashable {
+            let tid: Int32
+            let mode: String
+        }
+        let schedules = Mutex<[Event]>([])
+        let cancels = Mutex<[Event]>([])
+        let exitMode: RunLoop.Mode = "RobustnessExit"
+        let source = RunLoopSource(
+            onSchedule: { _, mode in schedules.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) }
+            },
+            onCancel: { _, mode in cancels.locked { $0.append(Event(tid: crlk_gettid(), mode: mode.rawValue)) } },
+            perform: {})
+        let commonSource = RunLoopSource(onCancel: { _, mode in
+            cancels.locked { $0.append(Event(tid: crlk_gettid(), mode: "common:" + mode.rawValue)) }
+        }) {}
+        let timer = RunLoopTimer(after: .seconds(3600), repeating: .seconds(3600)) { _ in }
+        let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
+
+        let published = TestMonitor<RunLoop?>(nil)
+        let thread = TestThread(name: "rlk-exit") {
+            let loop = RunLoop.current
+            loop.add(source, forMode: .default)
+            loop.add(source, forMode: exitMode)
+            loop.add(commonSource, forMode: .common)
+            loop.add(timer, forMode: .common)
+            loop.add(observer, forMode: .default)
+            loop.perform(inModes: [exitMode]) {}  // stays queued: dropped at teardown
+            loop.run(mode: .default, for: .milliseconds(1))
+            published.update { $0 = loop }
+        }
+        guard await thread.joinAsync(timeout: .seconds(10)), let loop = published.read({ $0 }),
+            let tid = thread.started.read({ $0 })
+        else {
+            Issue.record("the loop thread did not exit")
+            return
+        }
+        let scheduled = Set(schedules.locked { $0 })
+        let cancelled = cancels.locked { $0 }
+        #expect(
+            scheduled == [
+                Event(tid: tid, mode: RunLoop.Mode.default.rawValue), Event(tid: tid, mode: exitMode.rawValue),
+            ])
+        #expect(
+            Set(cancelled)
+                == [
                     Event(tid: tid, mode: RunLoop.Mode.default.rawValue), Event(tid: tid, mode: exitMode.rawValue),
-                ])
-            #expect(
-                Set(cancelled)
-                    == [
-                        Event(tid: tid, mode: RunLoop.Mode.default.rawValue), Event(tid: tid, mode: exitMode.rawValue),
-                        Event(tid: tid, mode: "common:" + RunLoop.Mode.default.rawValue),
-                    ], "every mode a source was in is cancelled once, on the exiting thread")
-            #expect(cancelled.count == 3)
-            for mode in [RunLoop.Mode.default, exitMode, .common] {
-                #expect(!loop.contains(source, inMode: mode))
-                #expect(!loop.contains(commonSource, inMode: mode))
-                #expect(!loop.contains(timer, inMode: mode))
-                #expect(!loop.contains(observer, inMode: mode))
-            }
-            #expect(loop.nextTimerFireDate(forMode: .default) == nil)
-
-            // The dead loop stays safe to use from any thread: adds do nothing, performs are
-            // dropped (and logged), wakeUp and stop do nothing.
-            let late = RunLoopSource {}
-            loop.add(late, forMode: .default)
-            #expect(!loop.contains(late, inMode: .default))
-            let lateTimer = RunLoopTimer(after: .zero) { _ in }
-            loop.add(lateTimer, forMode: .default)
-            #expect(!loop.contains(lateTimer, inMode: .default))
-            loop.perform {}
-            loop.wakeUp()
-            loop.stop()
-            #expect(!loop.isWaiting)
-            #expect(loop.currentMode == nil)
-            #expect(!TestLog.messages(containing: loop.shortDescription, "after its thread exited").isEmpty)
-
-            // Items the dead loop released can join another loop.
-            let fired = TestEvent()
-            let rejoined = await TestThreads.run(name: "rlk-rejoin") { () -> (Bool, Bool, Bool) in
-                let other = RunLoop.current
-                other.add(source, forMode: .default)
-                other.add(observer, forMode: .default)
-                let probe = RunLoopTimer(after: .zero) { _ in fired.fire() }
-                other.add(timer, forMode: .default)
-                other.add(probe, forMode: .default)
-                other.run(mode: .default, for: .seconds(-1))
-                return (
-                    other.contains(source, inMode: .default), other.contains(timer, inMode: .default),
-                    other.contains(observer, inMode: .default)
-                )
-            }
-            #expect(rejoined.map { [$0.0, $0.1, $0.2] } == [true, true, true])
-            #expect(fired.wait(timeout: .seconds(5)))
+                    Event(tid: tid, mode: "common:" + RunLoop.Mode.default.rawValue),
+                ], "every mode a source was in is cancelled once, on the exiting thread")
+        #expect(cancelled.count == 3)
+        for mode in [RunLoop.Mode.default, exitMode, .common] {
+            #expect(!loop.contains(source, inMode: mode))
+            #expect(!loop.contains(commonSource, inMode: mode))
+            #expect(!loop.contains(timer, inMode: mode))
+            #expect(!loop.contains(observer, inMode: mode))
         }
+        #expect(loop.nextTimerFireDate(forMode: .default) == nil)
+
+        // The dead loop stays safe to use from any thread: adds do nothing, performs are
+        // dropped (and logged), wakeUp and stop do nothing.
+        let late = RunLoopSource {}
+        loop.add(late, forMode: .default)
+        #expect(!loop.contains(late, inMode: .default))
+        let lateTimer = RunLoopTimer(after: .zero) { _ in }
+        loop.add(lateTimer, forMode: .default)
+        #expect(!loop.contains(lateTimer, inMode: .default))
+        loop.perform {}
+        loop.wakeUp()
+        loop.stop()
+        #expect(!loop.isWaiting)
+        #expect(loop.currentMode == nil)
+        #expect(!TestLog.messages(containing: loop.shortDescription, "after its thread exited").isEmpty)
+
+        // Items the dead loop released can join another loop.
+        let fired = TestEvent()
+        let rejoined = await TestThreads.run(name: "rlk-rejoin") { () -> (Bool, Bool, Bool) in
+            let other = RunLoop.current
+            other.add(source, forMode: .default)
+            other.add(observer, forMode: .default)
+            let probe = RunLoopTimer(after: .zero) { _ in fired.fire() }
+            other.add(timer, forMode: .default)
+            other.add(probe, forMode: .default)
+            other.run(mode: .default, for: .seconds(-1))
+            return (
+                other.contains(source, inMode: .default), other.contains(timer, inMode: .default),
+                other.contains(observer, inMode: .default)
+            )
+        }
+        #expect(rejoined.map { [$0.0, $0.1, $0.2] } == [true, true, true])
+        #expect(fired.wait(timeout: .seconds(5)))
     }
 }
 

@@ -1,5 +1,6 @@
 import CoreFoundation
 import Foundation
+import SharedTestSupport
 
 // Plumbing for the differential tests (Tests/RunLoopKitTests/Differential): a locked trace
 // recorder and `LoopDriver`, the small interface each scenario is written

@@ -1,4 +1,5 @@
 import Foundation
+import SharedTestSupport
 
 // The differential fuzzer's machinery (the test is Differential/DiffFuzzTests.swift): a script
 // model (items declared up front, a tree of operations), a seeded generator, an interpreter that

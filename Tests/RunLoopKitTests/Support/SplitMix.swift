@@ -1,3 +1,4 @@
+import SharedTestSupport
 /// A small, fast, seedable generator (SplitMix64), so a failing stress run can be replayed.
 struct SplitMix: RandomNumberGenerator {
     private var state: UInt64
