@@ -207,7 +207,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     /// - Precondition: `duration` is not negative.
     public func elapse(_ duration: Duration) {
         checkThread("elapse(_:)")
-        precondition(duration >= .zero, "VirtualTimeLoop.elapse: \(duration) is negative; virtual time never goes back")
+        fatalPrecondition(duration >= .zero, "VirtualTimeLoop.elapse: \(duration) is negative; virtual time never goes back")
         scope.setNow(RunLoop.nanoseconds(of: now + duration))
     }
 
@@ -216,11 +216,11 @@ public final class VirtualTimeLoop: @unchecked Sendable {
 
     private func checkThread(_ function: StaticString) {
         // The scope's state is read only once the thread is known to be the scope's.
-        precondition(
+        fatalPrecondition(
             scope.isOnScopeThread,
             "VirtualTimeLoop.\(function): called from another thread; a virtual-time loop is used only on the thread withVirtualTime runs its body on"
         )
-        precondition(
+        fatalPrecondition(
             scope.isInnermost,
             "VirtualTimeLoop.\(function): called \(scope.hasLeft ? "after withVirtualTime returned" : "inside a nested withVirtualTime, whose clock and loop are the thread's now"); use the innermost scope's VirtualTimeLoop"
         )

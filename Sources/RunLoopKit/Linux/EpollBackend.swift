@@ -162,7 +162,7 @@ final class EpollBackend: Sendable {
             guard !closed else { return }
             do throws(Errno) { try Counter.signal(wakeFD, .library) } catch {
                 // EBADF and EFAULT stopped in System.call; EINVAL would be a bug here too.
-                preconditionFailure("RunLoopKit: writing the wakeup eventfd \(wakeFD) failed: \(error)")
+                fatalError("RunLoopKit: writing the wakeup eventfd \(wakeFD) failed: \(error)")
             }
         }
     }
@@ -209,7 +209,7 @@ final class EpollBackend: Sendable {
     /// Closes a set made with ``makeSet()``: every registration in it goes with it. Loop's lock
     /// held.
     func closeSet(_ set: InterestSet) {
-        precondition(set != baseSet, "RunLoopKit: the base interest set is closed only with the backend")
+        fatalPrecondition(set != baseSet, "RunLoopKit: the base interest set is closed only with the backend")
         System.close(set.fd)
     }
 
@@ -219,7 +219,7 @@ final class EpollBackend: Sendable {
     /// A registration of the same file and number that could not be deleted earlier (its number
     /// was closed while another reference kept the file open) is taken over.
     func watch(_ fd: Int32, for events: IOEvents, tag: UInt64, in set: InterestSet) -> WatchOutcome {
-        precondition(tag >= Self.firstCallerTag, "RunLoopKit: tag \(tag) is reserved for the backend")
+        fatalPrecondition(tag >= Self.firstCallerTag, "RunLoopKit: tag \(tag) is reserved for the backend")
         if inForkedChild { return .watching }
         do throws(Errno) {
             try Epoll.control(set.fd, EPOLL_CTL_ADD, fd: fd, owner: .caller, events: events.epollBits, tag: tag)
@@ -326,7 +326,7 @@ final class EpollBackend: Sendable {
 
     private func drain(_ fd: Int32) {
         do throws(Errno) { try Counter.drain(fd, .library) } catch {
-            preconditionFailure("RunLoopKit: reading the loop's counter descriptor \(fd) failed: \(error)")
+            fatalError("RunLoopKit: reading the loop's counter descriptor \(fd) failed: \(error)")
         }
     }
 }

@@ -31,7 +31,7 @@ enum System {
             let error = errno
             if error == EINTR { continue }
             if owner == .library && (error == EBADF || error == EFAULT) {
-                preconditionFailure("RunLoopKit: \(name) on one of the loop's own descriptors failed: \(Errno(rawValue: error)); this is a bug in RunLoopKit")
+                fatalError("RunLoopKit: \(name) on one of the loop's own descriptors failed: \(Errno(rawValue: error)); this is a bug in RunLoopKit")
             }
             throw Errno(rawValue: error)
         }
@@ -82,7 +82,7 @@ enum Epoll {
         let error = errno
         if error == EINTR { return 0 }
         // EBADF, EFAULT, EINVAL: the set, the buffer or the capacity is wrong, all the library's.
-        preconditionFailure("RunLoopKit: epoll_wait on the loop's set \(epfd) failed: \(Errno(rawValue: error)); this is a bug in RunLoopKit")
+        fatalError("RunLoopKit: epoll_wait on the loop's set \(epfd) failed: \(Errno(rawValue: error)); this is a bug in RunLoopKit")
     }
 
     static let readable = UInt32(CRLK_EPOLLIN)

@@ -85,9 +85,9 @@ public final class CPUMonitor: Sendable {
         threshold: Double = 0.8, window: Duration = .seconds(1), sustainedWindows: Int = 3,
         coolDown: Duration = .seconds(60), logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
-        precondition(threshold > 0 && threshold.isFinite, "CPUMonitor: threshold must be a positive share of one core (got \(threshold))")
-        precondition(window > .zero, "CPUMonitor: window must be positive (got \(window))")
-        precondition(sustainedWindows >= 1, "CPUMonitor: sustainedWindows must be at least 1 (got \(sustainedWindows))")
+        fatalPrecondition(threshold > 0 && threshold.isFinite, "CPUMonitor: threshold must be a positive share of one core (got \(threshold))")
+        fatalPrecondition(window > .zero, "CPUMonitor: window must be positive (got \(window))")
+        fatalPrecondition(sustainedWindows >= 1, "CPUMonitor: sustainedWindows must be at least 1 (got \(sustainedWindows))")
         self.threshold = threshold
         self.window = min(max(window, Self.minimumWindow), .seconds(365 * 86400))  // an instant plus more would overflow
         self.sustainedWindows = sustainedWindows
@@ -101,7 +101,7 @@ public final class CPUMonitor: Sendable {
             defer { state.handler = Handler(handler); state.started = true }
             return !state.started
         }
-        precondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
+        fatalPrecondition(first, "CPUMonitor.start(_:) called twice; a monitor starts once (make another one)")
         startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()
         let scanner = CPUScanner(monitor: self)

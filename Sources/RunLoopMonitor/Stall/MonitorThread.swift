@@ -62,7 +62,7 @@ final class MonitorThread: Sendable {
             body.run()
             return nil
         }, box.toOpaque())
-        precondition(result == 0, "RunLoopMonitor: cannot start the monitor thread '\(name)' (pthread_create: \(result))")
+        fatalPrecondition(result == 0, "RunLoopMonitor: cannot start the monitor thread '\(name)' (pthread_create: \(result))")
         handle.locked { $0 = thread }
     }
 

@@ -160,8 +160,8 @@ public final class StallMonitor: Sendable {
         logger: Logger? = Logger(label: MonitorReporting.loggerLabel)
     ) {
         self.capturesAllThreads = allThreads
-        precondition(threshold > .zero, "StallMonitor: threshold must be positive (got \(threshold))")
-        precondition(sampleInterval > .zero, "StallMonitor: sampleInterval must be positive (got \(sampleInterval))")
+        fatalPrecondition(threshold > .zero, "StallMonitor: threshold must be positive (got \(threshold))")
+        fatalPrecondition(sampleInterval > .zero, "StallMonitor: sampleInterval must be positive (got \(sampleInterval))")
         // A year at most: an instant plus a larger duration would overflow.
         self.threshold = min(threshold, .seconds(365 * 86400))
         self.sampleInterval = min(max(sampleInterval, Self.minimumSampleInterval), .seconds(365 * 86400))
@@ -202,7 +202,7 @@ public final class StallMonitor: Sendable {
             defer { shared.started = true; shared.handler = handler }
             return !shared.started
         }
-        precondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
+        fatalPrecondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
         startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
         for loop in loops { Self.prepare(loop) }

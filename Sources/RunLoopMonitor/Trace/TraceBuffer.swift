@@ -41,7 +41,7 @@ final class TraceBuffer: @unchecked Sendable {
 
     /// A buffer of `capacity` records; `capacity` must be positive (the recorder checks it).
     init(capacity: Int) {
-        precondition(capacity > 0, "TraceBuffer capacity must be positive")
+        fatalPrecondition(capacity > 0, "TraceBuffer capacity must be positive")
         self.capacity = capacity
         let count = capacity * Self.wordsPerRecord
         slots = .allocate(capacity: count)

@@ -147,7 +147,7 @@ enum CrashGuard {
         on loop: RunLoop, gracePeriod: Duration, _ onCrash: @escaping @Sendable (Int32) -> Void,
         after afterGrace: @escaping @Sendable () -> Void
     ) {
-        precondition(loop.isCurrent, "CrashGuard.install runs on the guarded loop's thread")
+        fatalPrecondition(loop.isCurrent, "CrashGuard.install runs on the guarded loop's thread")
         Self.loop = loop
         Self.thread = crll_gettid()
         Self.grace = gracePeriod

@@ -24,7 +24,7 @@ enum Seed {
         case 2: "002_c412634b1f78a0bc.txt"
         case 3: "003_10bbc0f2a6eca2e0.txt"
         case 4: "004_a8b090316d53f601.txt"
-        default: preconditionFailure("there are five seeds, 000 to 004; no seed \(number)")
+        default: fatalError("there are five seeds, 000 to 004; no seed \(number)")
         }
     }
 

@@ -10,7 +10,7 @@ import class RunLoopKit.RunLoop
 // RunLoop.schedule(...), RunLoopTimer.fire(), and timers with a weak target.
 //
 // Tolerance coalescing (100 timers due within 10 ms with 10 ms of tolerance fire in at most three
-// wakeups) is TimerBehaviourTests.toleranceCoalescesWakeups (Tests/RunLoopKitTests/Core).
+// wakeups) is TimerBehaviourTests.toleranceCoalescesWakeups (Tests/RunLoopKitTests/Core/Items).
 
 @Suite struct TimersConvenienceTests {
     // MARK: schedule

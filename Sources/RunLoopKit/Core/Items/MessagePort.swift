@@ -76,7 +76,7 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
         capacity: Int?, order: Int, handler: @escaping @Sendable (Message) -> Void,
         deliver: @escaping @Sendable (MessagePort<Message>, RunLoop) -> Bool
     ) {
-        if let capacity { precondition(capacity >= 1, "MessagePort capacity must be at least 1, got \(capacity)") }
+        if let capacity { fatalPrecondition(capacity >= 1, "MessagePort capacity must be at least 1, got \(capacity)") }
         self.capacity = capacity
         self.order = order
         self.handler = handler

@@ -95,7 +95,7 @@ extension RunLoop {
             let now = LoopClock.now()
             guard deadline > now else { return .none }
             if context.items.needsInterestSet {
-                deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNanoseconds))
+                deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNs))
             }
             if spinWindow > 0 && timerDeadline <= context.deadline {
                 // A timer ends this sleep: wake `spinWindow` early and spin the rest.
@@ -181,11 +181,11 @@ extension RunLoop {
         }
     }
 
-    /// Spins for at most ``LoopThreadState/spinNanoseconds`` watching for a wakeup request;
+    /// Spins for at most ``LoopThreadState/spinNs`` watching for a wakeup request;
     /// returns whether one came. Used only right after a wakeup from another thread, so an idle
     /// loop or a loop woken by its own timers never spins.
     func spinForWakeUp() -> Bool {
-        let limit = LoopClock.now() &+ LoopThreadState.spinNanoseconds
+        let limit = LoopClock.now() &+ LoopThreadState.spinNs
         var spins = 0
         while !wake.hasRequest {
             crlk_cpu_relax()

@@ -122,7 +122,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         guard !confined.lackedDescriptors else { return }
         confined.lackedDescriptors = true
         Diagnostics.error(
-            "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNanoseconds / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
+            "cannot open the kernel descriptors of \(shortDescription): \(error); until it can (retried at each run and at least every \(LoopThreadState.descriptorRetryNs / 1_000_000) ms while it sleeps), it sleeps on a futex: timers, blocks, sources and ports keep working, descriptor sources are not watched"
         )
     }
 
@@ -369,7 +369,7 @@ enum ThreadLoops {
             loop.tearDown()
             pthread_setspecific(ThreadLoops.key, nil)
         }
-        precondition(status == 0, "RunLoopKit: pthread_key_create failed (\(status))")
+        fatalPrecondition(status == 0, "RunLoopKit: pthread_key_create failed (\(status))")
         return key
     }()
 

@@ -111,10 +111,10 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var recentCrossThreadWakeUp = false
     /// How long a loop that was just woken by another thread watches for the next wakeup before
     /// sleeping: about the cost of one sleep and wakeup on this kind of machine.
-    static let spinNanoseconds: Int64 = 5_000
+    static let spinNs: Int64 = 5_000
     /// How often a loop without its kernel descriptors (or a mode without its epoll set) tries
     /// again to open them while it sleeps.
-    static let descriptorRetryNanoseconds: Int64 = 100_000_000
+    static let descriptorRetryNs: Int64 = 100_000_000
     /// The loop could not open its kernel descriptors (logged once per such stretch).
     @exclusivity(unchecked) var lackedDescriptors = false
     @exclusivity(unchecked) var spareScratch: [RunScratch] = []

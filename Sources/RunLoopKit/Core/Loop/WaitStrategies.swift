@@ -77,7 +77,7 @@ struct KernelWait: LoopWaitStrategy {
 
 /// After a wakeup from another thread more work usually follows within microseconds: before the
 /// inner strategy sleeps, watch for it briefly (`RunLoop.spinForWakeUp`, at most
-/// `LoopThreadState.spinNanoseconds`). Only in modes without descriptor sources (their events
+/// `LoopThreadState.spinNs`). Only in modes without descriptor sources (their events
 /// would wait out the spin), and only right after a cross-thread wakeup, so an idle loop or one
 /// woken by its own timers never spins.
 struct SpinAfterWakeUp<Inner: LoopWaitStrategy>: LoopWaitStrategy {
@@ -117,7 +117,7 @@ struct FutexWait: LoopWaitStrategy {
         }
         let now = LoopClock.now()
         guard deadline > now else { return }
-        loop.futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNanoseconds))
+        loop.futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNs))
         _ = loop.wake.takeRequest()
     }
 }

@@ -84,7 +84,7 @@ package final class VirtualTimeScope {
     /// closed), as a thread's exit does, and restores the thread's clock and current loop. Only on
     /// the scope's thread; a second call does nothing.
     package func leave() {
-        precondition(isOnScopeThread, "RunLoopKit: a virtual-time scope is left on the thread that made it")
+        fatalPrecondition(isOnScopeThread, "RunLoopKit: a virtual-time scope is left on the thread that made it")
         guard !hasLeft, !isLeaving else { return }
         isLeaving = true
         // The teardown's callbacks run while the loop is still the thread's (see ThreadLoops.key),
