@@ -8,6 +8,9 @@ let package = Package(
         .library(name: "RunLoopMonitor", targets: ["RunLoopMonitor"]),
         .library(name: "RunLoopScheduling", targets: ["RunLoopScheduling"]),
         .library(name: "RunLoopTesting", targets: ["RunLoopTesting"]),
+        // RunLoop.main as the main actor's executor: Swift 6.3's experimental executor SPI, in a
+        // product of its own so that a toolchain's change to the SPI breaks only this one.
+        .library(name: "RunLoopConcurrency", targets: ["RunLoopConcurrency"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
     ],
     dependencies: [
@@ -56,6 +59,21 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
+        ),
+        // RunLoop.main as the main actor's executor, loops as scheduling executors (the
+        // experimental executor SPI of Swift 6.3: @_spi(ExperimentalCustomExecutors),
+        // @_spi(ExperimentalScheduling)).
+        .target(name: "RunLoopConcurrency", dependencies: ["RunLoopKit"]),
+        // Test-only: programs with a synchronous main that install RunLoop.main as the main
+        // actor's executor (Tests/ConcurrencyProbe); RunLoopConcurrencyTests launch them.
+        .executableTarget(
+            name: "ConcurrencyProbe",
+            dependencies: ["RunLoopKit", "RunLoopConcurrency"],
+            path: "Tests/ConcurrencyProbe"
+        ),
+        .testTarget(
+            name: "RunLoopConcurrencyTests",
+            dependencies: ["RunLoopKit", "RunLoopConcurrency", "RunLoopTesting", "SharedTestSupport"]
         ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
         .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),

@@ -1,3 +1,4 @@
+import RunLoopKit
 import Synchronization
 import Testing
 
@@ -58,7 +59,7 @@ final class AsyncLock: Sendable {
 
     func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let acquired = state.withLock { state -> Bool in
+            let acquired = state.locked { state -> Bool in
                 if !state.held {
                     state.held = true
                     return true
@@ -71,7 +72,7 @@ final class AsyncLock: Sendable {
     }
 
     func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        let next = state.locked { state -> CheckedContinuation<Void, Never>? in
             if state.waiters.isEmpty {
                 state.held = false
                 return nil

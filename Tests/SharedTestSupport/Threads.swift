@@ -260,6 +260,18 @@ public func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool)
     return true
 }
 
+/// ``waitUntil(timeout:_:)`` for async tests: checks `condition` every millisecond without
+/// blocking a thread of the concurrency pool (a blocked pool thread can starve the very task
+/// whose progress the condition watches: the pool has one thread per core).
+public func waitUntilAsync(timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        if ContinuousClock.now >= deadline { return condition() }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return true
+}
+
 // MARK: - Monitor
 
 /// A value guarded by a pthread mutex, with a condition variable (on `CLOCK_MONOTONIC`) for

@@ -1,14 +1,17 @@
 import CRunLoopKit
 
-// A loop as the serial executor of actors: an actor whose `unownedExecutor` is a loop's runs
+// A loop as the serial executor of actors and as a task executor: an actor whose
+// `unownedExecutor` is a loop's, and a task started with `Task(executorPreference: loop)`, run
 // every job on the loop's thread, as a block in the common modes, between the loop's timers and
 // sources.
 
-extension RunLoop: SerialExecutor {
+extension RunLoop: SerialExecutor, TaskExecutor {
     /// Runs `job` on the loop's thread: queues it as a block in the common modes
     /// (``perform(inModes:_:)->()`` with `[.common]`), so it runs the next time the loop runs in any
     /// of ``commonModes``, first in, first out with the loop's other blocks. Called by the Swift
-    /// runtime, from any thread; it wakes the loop.
+    /// runtime, from any thread, for actors pinned to the loop and for tasks that prefer it
+    /// (`Task(executorPreference: loop) { … }`, `withTaskExecutorPreference(loop) { … }`); it
+    /// wakes the loop.
     ///
     /// Jobs do not run while the loop is not running, or while it runs in a mode that is not
     /// common, and they do not keep a run alive once they are done (give the loop a source or a
@@ -19,9 +22,13 @@ extension RunLoop: SerialExecutor {
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         // Unowned is enough: the block lives in this loop's own queue, so it can only run while
-        // the loop exists.
+        // the loop exists. The job may be an actor's (this loop as its serial executor) or a task
+        // that prefers this loop (as its task executor): run as both, it keeps either isolation.
         let executor = asUnownedSerialExecutor()
-        perform(inModes: RunLoop.commonModesOnly) { job.runSynchronously(on: executor) }
+        let taskExecutor = asUnownedTaskExecutor()
+        perform(inModes: RunLoop.commonModesOnly) {
+            job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+        }
     }
 
     /// The loop as an unowned serial executor, for an actor's `unownedExecutor`:

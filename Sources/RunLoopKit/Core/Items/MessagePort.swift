@@ -57,6 +57,8 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
     /// Delivers a batch (``deliverBatch(on:)``), made where the message type is known: the
     /// per-message work runs specialized, not through the generic code the loop calls.
     private let deliver: @Sendable (MessagePort<Message>, RunLoop) -> Bool
+    /// Called once, by the first ``invalidate()`` (a port read as an async sequence ends it).
+    private let invalidationHook = Mutex<(@Sendable () -> Void)?>(nil)
 
     /// Creates a port.
     ///
@@ -161,6 +163,7 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
             return messages
         }
         guard let queued else { return [] }
+        if let hook = invalidationHook.locked({ hook in defer { hook = nil }; return hook }) { hook() }
         if let loop {
             if loop.isCurrent { undelivered.append(contentsOf: inFlight.takeRest()) }
             loop.detachSource1(self)
@@ -170,6 +173,12 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
         // race with every other thread reading an empty array.
         if !queued.isEmpty { undelivered.append(contentsOf: queued) }
         return undelivered
+    }
+
+    /// Called once when the port is invalidated (RunLoop+AsyncSequences.swift). Any thread.
+    package var onInvalidate: (@Sendable () -> Void)? {
+        get { invalidationHook.locked { $0 } }
+        set { invalidationHook.locked { $0 = newValue } }
     }
 
     /// Ports are equal only to themselves.

@@ -92,6 +92,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
     let blocksClosed = Atomic<Bool>(false)
+    /// The loop's virtual clock, published for other threads (VirtualTime.swift); `Int64.min`
+    /// for a loop on real time.
+    let virtualClockNs = Atomic<Int64>(.min)
     /// A version-1 source has something to deliver that its epoll events do not show (a message
     /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
     /// sources.
@@ -169,6 +172,21 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
             ? mainLoop() : RunLoop(ownerTID: crlk_gettid(), ownerName: ThreadLoops.currentName(), isMainLoop: false)
         pthread_setspecific(ThreadLoops.key, Unmanaged.passRetained(loop).toOpaque())
         return loop
+    }
+
+    /// The calling thread's loop if it has one and is running it now, without making one: the
+    /// loop whose job (an actor's, a task's that prefers it) the caller runs in, when the caller
+    /// is async code on a loop's thread (RunLoopConcurrency's executors).
+    package static var runningOnCurrentThread: RunLoop? {
+        let loop: RunLoop
+        if let raw = pthread_getspecific(ThreadLoops.key) {
+            loop = Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
+        } else if crlk_is_main_thread(), let main = MainLoopSlot.existing {
+            loop = main
+        } else {
+            return nil
+        }
+        return !loop.isFromBeforeFork && loop.confined.runDepth > 0 ? loop : nil
     }
 
     /// How many runs of the loop are in progress (nested runs count each). Any thread.
@@ -320,6 +338,13 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 /// does not have.
 enum MainLoopSlot {
     private static let slot = Atomic<UInt>(0)
+
+    /// The main loop if it was made (without making it).
+    static var existing: RunLoop? {
+        let raw = slot.load(ordering: .acquiring)
+        guard raw != 0 else { return nil }
+        return Unmanaged<RunLoop>.fromOpaque(UnsafeRawPointer(bitPattern: raw)!).takeUnretainedValue()
+    }
 
     /// The main loop; `setUp` runs once on a new one, on the thread that made it.
     static func loop(setUp: (RunLoop) -> Void) -> RunLoop {

@@ -135,7 +135,7 @@ struct VirtualTimeWait: LoopWaitStrategy {
         guard policy.passEndsEveryRun(at: LoopClock.now()) else { return true }
         // A run with a deadline gets there at once, so that `run(until:)` and its kind stop
         // repeating.
-        if context.deadline != LoopClock.never { crlk_set_virtual_now(max(context.deadline, LoopClock.now())) }
+        if context.deadline != LoopClock.never { loop.setVirtualNow(max(context.deadline, LoopClock.now())) }
         loop.wake.stopRun(context.id)
         return false
     }
@@ -163,6 +163,6 @@ struct VirtualTimeWait: LoopWaitStrategy {
             loop.wake.stopRun(context.id)
             return
         }
-        crlk_set_virtual_now(max(wakeAt, now))
+        loop.setVirtualNow(max(wakeAt, now))
     }
 }

@@ -63,6 +63,7 @@ package final class VirtualTimeScope {
         previousVirtualNow = previousNow
         let loop = RunLoop(ownerTID: thread, ownerName: ThreadLoops.currentName(), isMainLoop: false)
         loop.confined.virtualTimePolicy = policy
+        loop.virtualClockNs.store(startNs, ordering: .releasing)
         self.loop = loop
         self.policy = policy
         retainedLoop = Unmanaged.passRetained(loop).toOpaque()
@@ -77,7 +78,7 @@ package final class VirtualTimeScope {
 
     /// Moves the thread's virtual clock to `ns` (never back).
     package func setNow(_ ns: Int64) {
-        crlk_set_virtual_now(max(ns, LoopClock.now()))
+        loop.setVirtualNow(max(ns, LoopClock.now()))
     }
 
     /// Tears the loop down (its items removed, their cancel callbacks called, its descriptors
@@ -107,5 +108,20 @@ extension RunLoop {
     package func deadlineStalledOnVirtualTime() -> Bool {
         guard isCurrent, let policy = confined.virtualTimePolicy else { return false }
         return policy.deadlinePolled(at: LoopClock.now())
+    }
+}
+
+extension RunLoop {
+    /// Moves the calling thread's virtual clock to `ns` and publishes it as this loop's (for
+    /// ``now`` read from other threads). On the loop's thread, on virtual time.
+    func setVirtualNow(_ ns: Int64) {
+        crlk_set_virtual_now(ns)
+        virtualClockNs.store(ns, ordering: .releasing)
+    }
+
+    /// The loop's virtual clock if it is on virtual time, from any thread.
+    var virtualNowNs: Int64? {
+        let ns = virtualClockNs.load(ordering: .acquiring)
+        return ns == .min ? nil : ns
     }
 }

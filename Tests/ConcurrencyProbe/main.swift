@@ -1,0 +1,98 @@
+@_spi(ExperimentalCustomExecutors) import _Concurrency
+import Glibc
+import RunLoopConcurrency
+import RunLoopKit
+import Synchronization
+
+import class RunLoopKit.RunLoop
+
+// Test support for Tests/RunLoopConcurrencyTests: `RunLoop.main` as the main actor's executor
+// needs a synchronous main on the real main thread, so each scenario is a run of this program.
+// It prints `key=value` lines the tests read, and ends itself with alarm() if it hangs.
+
+/// Prints a result line at once (the test reads stdout after the process ends, even a crash).
+func report(_ key: String, _ value: Any) {
+    var line = "\(key)=\(value)\n"
+    line.withUTF8 { _ = write(1, $0.baseAddress, $0.count) }
+}
+
+/// A thread's body that calls the opt-in (not isolated to the main actor, as `main`'s closures are).
+nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    RunLoopConcurrency.installMainExecutor()
+    return nil
+}
+
+@main struct ConcurrencyProbe {
+    static func main() {
+        alarm(30)
+        let scenario = CommandLine.arguments.dropFirst().first ?? ""
+        switch scenario {
+        case "main-actor": mainActor()
+        case "exit-status": exitStatus()
+        case "twice":
+            RunLoopConcurrency.installMainExecutor()
+            RunLoopConcurrency.installMainExecutor()
+        case "off-main":
+            var thread = pthread_t()
+            pthread_create(&thread, nil, installOffMain, nil)
+            pthread_join(thread, nil)
+        case "in-task":
+            Task { @MainActor in RunLoopConcurrency.installMainExecutor() }
+            RunLoop.main.run()
+        default:
+            report("error", "unknown scenario '\(scenario)'")
+            exit(2)
+        }
+    }
+
+    /// Main-actor jobs on RunLoop.main; sleeps that end inside a nested `.tracking` run; where
+    /// each kind of sleep is served; a nested run from a main-actor task.
+    static func mainActor() {
+        RunLoopConcurrency.installMainExecutor()
+        // As UIKit does for UITrackingRunLoopMode.
+        RunLoop.main.addCommonMode(.tracking)
+        report("installed", RunLoopConcurrency.isMainExecutorInstalled)
+        Task { @MainActor in
+            report("mainExecutor", String(describing: type(of: MainActor.executor)))
+            report("onMainLoopThread", RunLoop.main.isCurrent)
+            // Three sleepers, then a nested tracking run that outlasts them all.
+            Task { @MainActor in
+                try? await Task.sleep(for: .milliseconds(40))
+                report("taskSleepWokeIn", RunLoop.main.currentMode?.rawValue ?? "none")
+            }
+            Task { @MainActor in
+                try? await Task.sleep(for: .milliseconds(50), clock: RunLoop.main.clock)
+                report("loopClockSleepWokeIn", RunLoop.main.currentMode?.rawValue ?? "none")
+            }
+            Task(executorPreference: RunLoop.main) {
+                try? await Task.sleep(for: .milliseconds(60))
+                report("preferringTaskSleepWokeIn", RunLoop.main.currentMode?.rawValue ?? "none")
+            }
+            // Let the three start and register their sleeps.
+            for _ in 0..<5 { await Task.yield() }
+            try? await Task.sleep(for: .milliseconds(5), clock: RunLoop.main.clock)
+            // The loop's description counts its common-mode timers: the loop clock's sleep and the
+            // sleep of the task that prefers the loop; the main actor's plain Task.sleep is the
+            // platform's (the runtime schedules it from a global-pool thread).
+            let description = String(describing: RunLoop.main)
+            let items = description.components(separatedBy: "common mode items = { ").last ?? ""
+            let timers = items.split(separator: ",").dropFirst().first?.split(separator: " ").first ?? "?"
+            report("commonModeTimersWhileSleeping", timers)
+            let result = RunLoop.main.run(mode: .tracking, for: .milliseconds(300))
+            report("trackingRun", result)
+            RunLoopConcurrency.stopMain(status: 0)
+        }
+        exit(RunLoopConcurrency.runMain())
+    }
+
+    static func exitStatus() {
+        RunLoopConcurrency.installMainExecutor()
+        Task { @MainActor in
+            try? await Task.sleep(for: .milliseconds(10))
+            RunLoopConcurrency.stopMain(status: 3)
+        }
+        let status = RunLoopConcurrency.runMain()
+        report("runMainReturned", status)
+        exit(status)
+    }
+}

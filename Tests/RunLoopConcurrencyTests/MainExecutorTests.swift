@@ -1,0 +1,53 @@
+import SharedTestSupport
+import Testing
+
+// RunLoop.main as the main actor's executor, in a child process each: the opt-in needs a
+// synchronous main on the process's real main thread (Tests/ConcurrencyProbe).
+
+@Suite(.serialized) struct MainExecutorTests {
+    private func probe(_ scenario: String) throws -> (status: Int32, values: [String: String], stderr: String) {
+        let run = try runProbe("ConcurrencyProbe", [scenario], timeout: .seconds(60))
+        var values: [String: String] = [:]
+        for line in run.stdout.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            values[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return (run.status, values, run.stderr)
+    }
+
+    /// Main-actor jobs run on the main loop's thread, through the main loop; sleeps end inside a
+    /// nested `.tracking` run (the loop's common modes); the loop clock's sleep and the sleep of a
+    /// task that prefers the loop are the loop's own timers (2 common-mode timers while they
+    /// sleep), while a plain `Task.sleep` on the main actor is the platform's: Swift 6.3.1's
+    /// runtime schedules it from a global-pool thread, after hopping off the main actor.
+    @Test func mainActorJobsAndSleepsRunOnTheMainLoop() throws {
+        let run = try probe("main-actor")
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.values["installed"] == "true")
+        #expect(run.values["mainExecutor"] == "MainLoopExecutor")
+        #expect(run.values["onMainLoopThread"] == "true")
+        #expect(run.values["commonModeTimersWhileSleeping"] == "2")
+        #expect(run.values["taskSleepWokeIn"] == "UITrackingRunLoopMode")
+        #expect(run.values["loopClockSleepWokeIn"] == "UITrackingRunLoopMode")
+        #expect(run.values["preferringTaskSleepWokeIn"] == "UITrackingRunLoopMode")
+        #expect(run.values["trackingRun"] == "timedOut")
+    }
+
+    /// `stopMain(status:)` ends `runMain()` with that status: the program's exit status.
+    @Test func stoppingTheMainLoopEndsTheProgramWithItsStatus() throws {
+        let run = try probe("exit-status")
+        #expect(run.values["runMainReturned"] == "3")
+        #expect(run.status == 3)
+    }
+
+    @Test(arguments: [
+        ("twice", "called twice; the main actor's executor is chosen once"),
+        ("off-main", "called off the main thread; call it first thing in a synchronous main"),
+        ("in-task", "called from a task; call it first thing in a synchronous main, before any task exists"),
+    ])
+    func misuseStopsWithAClearMessage(scenario: String, message: String) throws {
+        let run = try probe(scenario)
+        #expect(run.status != 0)
+        #expect(run.stderr.contains("RunLoopConcurrency.installMainExecutor(): " + message), "\(run.stderr)")
+    }
+}

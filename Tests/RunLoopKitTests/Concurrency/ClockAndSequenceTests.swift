@@ -1,0 +1,323 @@
+import Glibc
+import RunLoopKit
+import RunLoopTesting
+import SharedTestSupport
+import Synchronization
+import Testing
+
+@testable import RunLoopKit
+
+// A loop as a task executor, the loop's Clock (real and virtual time), and the loop's items as
+// async sequences.
+
+/// The number of timer entries in `mode`'s heap (live or stale).
+private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> Int {
+    loop.withState { state in
+        guard let index = state.modeIndex[mode] else { return 0 }
+        return state.modes[index].timers.count
+    }
+}
+
+@Suite struct TaskExecutorTests {
+    /// A task that prefers a loop runs there, also after a suspension.
+    @Test func aTaskThatPrefersALoopRunsOnItsThread() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-taskexec"))
+        let loop = host.loop
+        let placements = await Task(executorPreference: loop) {
+            let first = loop.isCurrent
+            await Task.yield()
+            let second = loop.isCurrent
+            try? await loop.clock.sleep(for: .milliseconds(1))
+            return [first, second, loop.isCurrent]
+        }.value
+        #expect(placements == [true, true, true])
+        // withTaskExecutorPreference: nonisolated async work inside runs on the loop.
+        let inside = await withTaskExecutorPreference(loop) { await onLoopThread(loop) }
+        #expect(inside)
+        #expect(await host.finish())
+    }
+
+    nonisolated func onLoopThread(_ loop: RunLoop) async -> Bool { loop.isCurrent }
+}
+
+@Suite struct RunLoopClockTests {
+    /// A sleep is a one-shot timer of the loop in its common modes: it exists while the task
+    /// sleeps, ends the sleep no earlier than the deadline, and is gone afterwards.
+    @Test func aSleepIsALoopTimerAndEndsAfterItsDeadline() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-clock"))
+        let loop = host.loop
+        let clock = loop.clock
+        let start = clock.now
+        let sleeper = Task { try await clock.sleep(for: .milliseconds(50)) }
+        #expect(await waitUntilAsync { timerEntries(loop) == 1 }, "\(timerEntries(loop)) entries; \(loop)")
+        try await sleeper.value
+        #expect(clock.now - start >= .milliseconds(50))
+        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await host.finish())
+    }
+
+    /// Cancelling a sleeping task invalidates its timer and the sleep throws CancellationError;
+    /// many cancelled sleeps leave the heap empty.
+    @Test func cancelledSleepsThrowAndLeaveNoTimer() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-clock-cancel"))
+        let loop = host.loop
+        let clock = loop.clock
+        let one = Task { try await clock.sleep(for: .seconds(3600)) }
+        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        one.cancel()
+        await #expect(throws: CancellationError.self) { try await one.value }
+        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+
+        // 100,000 sleeps (10,000 under a sanitizer), cancelled in batches of 1,000: some before
+        // their timer exists, some after.
+        let total = TestThreads.scaled(100_000, minimum: 2_000)
+        var cancelled = 0
+        for _ in 0..<(total / 1_000) {
+            cancelled += await withTaskGroup(of: Bool.self) { group in
+                for _ in 0..<1_000 {
+                    group.addTask {
+                        do {
+                            try await clock.sleep(for: .seconds(3600))
+                            return false
+                        } catch {
+                            return error is CancellationError
+                        }
+                    }
+                }
+                group.cancelAll()
+                var count = 0
+                for await wasCancelled in group where wasCancelled { count += 1 }
+                return count
+            }
+        }
+        #expect(cancelled == total / 1_000 * 1_000)
+        #expect(await waitUntilAsync { timerEntries(loop) == 0 }, "\(timerEntries(loop)) timer entries left")
+        #expect(await host.finish())
+    }
+
+    /// A sleep on a loop whose thread has exited ends at once with `threadExited`; so does one in
+    /// progress when the thread exits (its teardown lets go of the timer).
+    @Test func aSleepOnALoopWhoseThreadExitedEnds() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-clock-exit"))
+        let loop = host.loop
+        let inProgress = Task { try await loop.clock.sleep(for: .seconds(3600)) }
+        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        #expect(await host.finish())
+        await #expect(throws: RunLoop.PerformError.threadExited) { try await inProgress.value }
+        await #expect(throws: RunLoop.PerformError.threadExited) { try await loop.clock.sleep(for: .milliseconds(1)) }
+    }
+
+    /// On virtual time, a debouncer written against `any Clock<Duration>` is tested with no real
+    /// waiting: advance(by:) resumes exactly the sleepers due, in order. Run 200 times in a row,
+    /// every run gives the same answer.
+    @Test func aDebouncerOnVirtualTimeIsDeterministic() async throws {
+        let outcomes = await TestThreads.run(name: "rlk-vclock") {
+            (0..<200).map { _ in Self.debounceOnVirtualTime() }
+        }
+        let runs = try #require(outcomes)
+        #expect(Set(runs).count == 1, "\(Set(runs))")
+        #expect(runs.first == "before 499 ms: [] | at 500 ms: [2] | at 1100 ms: [2, 5]")
+    }
+
+    /// Calls at 0, 100, 200 ms, then at 600, 700, 800 ms, with a 300 ms debounce: the values 2
+    /// (at 500 ms) and 5 (at 1100 ms) come out.
+    static func debounceOnVirtualTime() -> String {
+        (try? withVirtualTime { virtual -> String in
+            let loop = virtual.runLoop
+            let fired = Recorded<Int>()
+            let debouncer = Debouncer(clock: loop.clock, delay: .milliseconds(300), loop: loop) { fired.append($0) }
+            let driver = Task(executorPreference: loop) {
+                for value in 0..<3 {
+                    debouncer.call(value)
+                    try await loop.clock.sleep(for: .milliseconds(100))
+                }
+                try await loop.clock.sleep(for: .milliseconds(300))
+                for value in 3..<6 {
+                    debouncer.call(value)
+                    try await loop.clock.sleep(for: .milliseconds(100))
+                }
+            }
+            try virtual.advance(by: .milliseconds(499))
+            let early = fired.all
+            try virtual.advance(by: .milliseconds(1))
+            let atDeadline = fired.all
+            try virtual.advance(by: .milliseconds(600))
+            driver.cancel()
+            debouncer.cancel()
+            try virtual.runUntilIdle()
+            return "before 499 ms: \(early) | at 500 ms: \(atDeadline) | at 1100 ms: \(fired.all)"
+        }) ?? "threw"
+    }
+}
+
+/// A debouncer written against any clock: each call replaces the pending one, which fires
+/// `delay` after the last call. Its tasks run on `loop`.
+///
+/// `@unchecked Sendable` is safe: `pending` is only touched on the loop's thread (the calls come
+/// from tasks that run there).
+final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
+    let clock: C
+    let delay: Duration
+    let loop: RunLoop
+    let action: @Sendable (Int) -> Void
+    private var pending: Task<Void, Never>?
+
+    init(clock: C, delay: Duration, loop: RunLoop, action: @escaping @Sendable (Int) -> Void) {
+        (self.clock, self.delay, self.loop, self.action) = (clock, delay, loop, action)
+    }
+
+    func call(_ value: Int) {
+        pending?.cancel()
+        let (clock, delay, action) = (clock, delay, action)
+        pending = Task(executorPreference: loop) {
+            do {
+                try await clock.sleep(for: delay)
+                action(value)
+            } catch {}
+        }
+    }
+
+    func cancel() { pending?.cancel() }
+}
+
+@Suite struct LoopAsyncSequenceTests {
+    /// Ticks come at the interval; a slow consumer gets the ticks it missed folded into one
+    /// (counted in `skipped`), never a backlog; dropping the sequence removes the timer.
+    @Test func ticksFoldWhileTheConsumerIsBusyAndEndWithIt() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-ticks"))
+        let loop = host.loop
+        var received: [RunLoopTick] = []
+        let ticks = loop.ticks(every: .milliseconds(5))
+        for await tick in ticks {
+            received.append(tick)
+            if received.count == 1 {
+                // Busy for 60 ms: about 12 ticks fire meanwhile.
+                try await Task.sleep(for: .milliseconds(60))
+            }
+            if received.count == 3 { break }
+        }
+        #expect(received.count == 3)
+        #expect(received[1].skipped >= 5, "\(received)")
+        // The timer goes with the sequence and its iterator.
+        _ = consume ticks
+        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await host.finish())
+    }
+
+    /// A consumer task that is cancelled while it waits for a tick ends its loop with nil.
+    @Test func cancellingTheConsumerEndsTheSequence() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-ticks-cancel"))
+        let loop = host.loop
+        let consumer = Task {
+            var count = 0
+            for await _ in loop.ticks(every: .seconds(3600)) { count += 1 }
+            return count
+        }
+        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        consumer.cancel()
+        #expect(await consumer.value == 0)
+        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await host.finish())
+    }
+
+    /// Activities in order; a consumer that does not read keeps at most the buffer's newest.
+    @Test func activitiesAreDeliveredAndBounded() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-activities"))
+        let loop = host.loop
+        let activities = loop.activities([.beforeSources, .beforeWaiting], bufferLimit: 8)
+        // Wake the loop a few times while nobody reads.
+        for _ in 0..<50 {
+            loop.perform {}
+            usleep(200)
+        }
+        #expect(await waitUntilAsync { activities.dropped > 0 })
+        var seen: [RunLoop.Activity] = []
+        for await activity in activities {
+            seen.append(activity)
+            if seen.count == 8 { break }
+        }
+        #expect(seen.allSatisfy { $0 == .beforeSources || $0 == .beforeWaiting })
+        #expect(await host.finish())
+    }
+
+    /// Readiness: a pipe's read end reports `.readable`; while the consumer is busy the source
+    /// stops watching (the loop sleeps, it does not spin on the ready descriptor); hang-up ends
+    /// the sequence.
+    @Test func descriptorEventsPauseWhileUnreadAndEndAtHangUp() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-fd-events"))
+        let loop = host.loop
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
+        let events = try loop.events(of: fds[0], ownsDescriptor: true)
+        var iterator = events.makeAsyncIterator()
+        _ = write(fds[1], "x", 1)
+        let first = await iterator.next()
+        #expect(first?.contains(.readable) == true)
+        // Unread byte, consumer not asking: the loop must not spin. Count its passes for 50 ms.
+        let passes = Atomic<Int>(0)
+        let counter = RunLoopObserver(activities: .afterWaiting) { _, _ in passes.add(1, ordering: .relaxed) }
+        loop.add(counter, forMode: .common)
+        try await Task.sleep(for: .milliseconds(50))
+        let counted = passes.load(ordering: .relaxed)
+        counter.invalidate()
+        // A loop spinning on a ready descriptor wakes hundreds of thousands of times in 50 ms; a
+        // paused one only for the observer's own addition and the test's wakeups.
+        #expect(counted < 20, "\(counted) wakeups while paused")
+        // Still readable: reported again once the consumer asks.
+        #expect(await iterator.next()?.contains(.readable) == true)
+        close(fds[1])
+        var last: FileDescriptorSource.Events = []
+        while let next = await iterator.next() { last = next }
+        #expect(!last.isDisjoint(with: [.hangUp, .readable]), "\(last)")
+        #expect(await host.finish())
+    }
+
+    /// Port messages arrive in order; a slow consumer pushes back: the port leaves its modes
+    /// while the buffer is full, the messages wait in the port, and `send` meets the port's
+    /// capacity; nothing is lost. Invalidating the port ends the sequence after what was sent.
+    @Test func portMessagesPushBackAndNothingIsLost() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-port-stream"))
+        let loop = host.loop
+        let (port, messages) = loop.messageStream(of: Int.self, capacity: 16, bufferLimit: 4)
+        var sent = 0
+        var refused = 0
+        // Nobody reads yet: 4 are buffered, then the port stops being delivered and fills to 16.
+        while sent < 100 {
+            do {
+                try port.send(sent)
+                sent += 1
+            } catch {
+                refused += 1
+                if refused > 5 { break }
+                usleep(2_000)
+            }
+        }
+        #expect(sent <= 4 + 16 + 16, "\(sent) accepted while nobody read")
+        #expect(refused > 0)
+        var received: [Int] = []
+        var iterator = messages.makeAsyncIterator()
+        while received.count < sent, let message = await iterator.next() { received.append(message) }
+        #expect(received == Array(0..<sent))
+        // Sending resumes once the consumer reads.
+        try port.send(1000)
+        #expect(await iterator.next() == 1000)
+        port.invalidate()
+        #expect(await iterator.next() == nil)
+        #expect(await host.finish())
+    }
+
+    /// A sequence whose loop's thread exits ends (the consumer does not wait forever).
+    @Test func aSequenceEndsWhenItsLoopsThreadExits() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-seq-exit"))
+        let ticks = host.loop.ticks(every: .seconds(3600))
+        let consumer = Task {
+            var count = 0
+            for await _ in ticks { count += 1 }
+            return count
+        }
+        #expect(await waitUntilAsync { timerEntries(host.loop) == 1 })
+        #expect(await host.finish())
+        #expect(await consumer.value == 0)
+    }
+}
