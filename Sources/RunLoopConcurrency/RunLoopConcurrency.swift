@@ -9,6 +9,10 @@ import class RunLoopKit.RunLoop
 /// SPI (see the RunLoopConcurrency article "Swift concurrency" for what it changes and why it
 /// needs a synchronous `main`).
 ///
+/// <!-- snippet: prelude
+/// import Glibc
+/// func start() async {}
+/// -->
 /// ```swift
 /// @main struct App {
 ///     static func main() {
@@ -22,7 +26,7 @@ public enum RunLoopConcurrency {
     private static let installed = Atomic<Bool>(false)
     private static let exitStatus = Atomic<Int32>(0)
 
-    /// Makes ``RunLoop/main`` the main actor's executor, and a task that sleeps on any loop's
+    /// Makes `RunLoop.main` the main actor's executor, and a task that sleeps on any loop's
     /// thread (an actor pinned to a loop, the main actor) sleep on that loop's timers.
     ///
     /// - `@MainActor` jobs run as the main loop's work, in its common modes (as iOS's main run

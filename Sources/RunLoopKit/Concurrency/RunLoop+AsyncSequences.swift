@@ -48,13 +48,16 @@ extension RunLoop {
     /// `interval` from now, in `modes` (common modes by default, so ticks go on during a
     /// `.tracking` run).
     ///
+    /// <!-- snippet: prelude
+    /// func draw(at date: ContinuousClock.Instant) {}
+    /// -->
     /// ```swift
     /// for await tick in loop.ticks(every: .milliseconds(16)) {
     ///     draw(at: tick.date)
     /// }
     /// ```
     ///
-    /// - **A slow consumer** gets one tick per ``RunLoopAsyncSequence/Iterator/next()``: ticks
+    /// - **A slow consumer** gets one tick per call of the iterator's `next()`: ticks
     ///   that fire while it is busy are folded into the next one it reads (its ``RunLoopTick/skipped``
     ///   counts them), as a timer that missed its fire dates fires once. Nothing accumulates.
     /// - **Ending.** Cancelling the consuming task, or dropping the sequence and its iterator,
@@ -106,6 +109,10 @@ extension RunLoop {
     /// `descriptor` for `events` in `modes` of this loop. Each element is what happened since the
     /// consumer last read (``FileDescriptorSource/Events``, or-ed together).
     ///
+    /// <!-- snippet: prelude
+    /// let socket: Int32 = 0
+    /// func drain(_ descriptor: Int32) {}
+    /// -->
     /// ```swift
     /// for await events in try loop.events(of: socket) where events.contains(.readable) {
     ///     drain(socket)
@@ -151,6 +158,10 @@ extension RunLoop {
     /// A port whose messages are read with `for await`: a ``MessagePort`` of `capacity`, on this
     /// loop in `modes`, and the sequence of its messages, in the order they were sent.
     ///
+    /// <!-- snippet: prelude
+    /// enum Command: Sendable { case reload }
+    /// func handle(_ command: Command) {}
+    /// -->
     /// ```swift
     /// let (port, messages) = loop.messageStream(of: Command.self, capacity: 1024)
     /// // any thread: try port.send(.reload)

@@ -12,7 +12,7 @@ import Synchronization
 /// try await clock.sleep(for: .milliseconds(300))   // a one-shot timer on `loop`
 /// ```
 ///
-/// - **Time.** ``now`` is the loop's clock (``RunLoop/now``): the monotonic clock that counts
+/// - **Time.** ``now`` is the loop's clock (`loop.now`): the monotonic clock that counts
 ///   suspended time (`CLOCK_BOOTTIME`), or the virtual clock of a loop made by `withVirtualTime`.
 ///   Its instants are `ContinuousClock.Instant`s, the same as every fire date of RunLoopKit.
 /// - **Sleeping.** ``sleep(until:tolerance:)`` adds a one-shot ``RunLoopTimer`` to the loop in
