@@ -68,7 +68,7 @@ let package = Package(
         // actor's executor (Tests/ConcurrencyProbe); RunLoopConcurrencyTests launch them.
         .executableTarget(
             name: "ConcurrencyProbe",
-            dependencies: ["RunLoopKit", "RunLoopConcurrency"],
+            dependencies: ["RunLoopKit", "RunLoopConcurrency", "RunLoopTesting"],
             path: "Tests/ConcurrencyProbe"
         ),
         .testTarget(
@@ -98,6 +98,7 @@ let package = Package(
                 "RunLoopMonitor",
                 "RunLoopScheduling",
                 "RunLoopLabNetwork",
+                "RunLoopConcurrency",
                 "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

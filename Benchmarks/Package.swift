@@ -10,10 +10,24 @@ let package = Package(
         .package(name: "RunLoopKit", path: ".."),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
+        .package(url: "https://github.com/pointfreeco/swift-clocks", exact: "1.1.1"),
     ],
     targets: [
         // eventfd + epoll ping-pong floor, gettid, a per-thread malloc counter, mallinfo2.
         .target(name: "CBenchSupport"),
+        // One process per main-actor executor (the choice is process-wide): the `mainactor`
+        // workload runs it.
+        .executableTarget(
+            name: "mainactor-bench",
+            dependencies: [
+                "CBenchSupport",
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopConcurrency", package: "RunLoopKit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .executableTarget(
             name: "runloop-bench",
             dependencies: [
@@ -24,6 +38,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "RunLoopTesting", package: "RunLoopKit"),
+                .product(name: "Clocks", package: "swift-clocks"),
             ]
         ),
     ],

@@ -8,7 +8,9 @@ struct RunLoopLab: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "runloop-lab",
         abstract: "Run the RunLoop experiments of the seed articles on RunLoopKit and show what the loop did.",
-        subcommands: [TourCommand.self, ListCommand.self, TimelineCommand.self, CrashChildCommand.self],
+        subcommands: [
+            TourCommand.self, ListCommand.self, TimelineCommand.self, CrashChildCommand.self, MainActorChildCommand.self,
+        ],
         defaultSubcommand: TourCommand.self
     )
 }

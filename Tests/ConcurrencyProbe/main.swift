@@ -1,7 +1,10 @@
 @_spi(ExperimentalCustomExecutors) import _Concurrency
+import CoreFoundation
+import Foundation
 import Glibc
 import RunLoopConcurrency
 import RunLoopKit
+import RunLoopTesting
 import Synchronization
 
 import class RunLoopKit.RunLoop
@@ -36,6 +39,7 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
             var thread = pthread_t()
             pthread_create(&thread, nil, installOffMain, nil)
             pthread_join(thread, nil)
+        case "pump": pump()
         case "in-task":
             Task { @MainActor in RunLoopConcurrency.installMainExecutor() }
             RunLoop.main.run()
@@ -83,6 +87,33 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
             RunLoopConcurrency.stopMain(status: 0)
         }
         exit(RunLoopConcurrency.runMain())
+    }
+
+    /// RunLoopTesting's withMainLoopRunning where the main thread drains the main queue (here with
+    /// CFRunLoop's main loop, as XCTest's runner does): a RunLoop.main timer fires on the main
+    /// thread while the body awaits, and main-actor work still runs.
+    static func pump() {
+        Task {
+            do {
+                let fired = Atomic<Bool>(false)
+                let firedOnMain = Atomic<Bool>(false)
+                try await withMainLoopRunning {
+                    let timer = RunLoopTimer(after: .milliseconds(20)) { _ in
+                        firedOnMain.store(RunLoop.main.isCurrent, ordering: .relaxed)
+                        fired.store(true, ordering: .releasing)
+                    }
+                    RunLoop.main.add(timer, forMode: .default)
+                    while !fired.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(1)) }
+                    report("mainActorRuns", await MainActor.run { RunLoop.main.isCurrent })
+                }
+                report("timerFiredOnMainThread", firedOnMain.load(ordering: .relaxed))
+                exit(0)
+            } catch {
+                report("error", error)
+                exit(1)
+            }
+        }
+        CFRunLoopRun()
     }
 
     static func exitStatus() {

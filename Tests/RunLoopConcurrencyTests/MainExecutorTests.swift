@@ -40,6 +40,15 @@ import Testing
         #expect(run.status == 3)
     }
 
+    /// RunLoopTesting's withMainLoopRunning in a process whose main thread drains the main queue
+    /// (CFRunLoopRun, as XCTest's runner): RunLoop.main runs while the body awaits.
+    @Test func theMainLoopHelperRunsTheMainLoopWhereTheMainThreadIsFree() throws {
+        let run = try probe("pump")
+        #expect(run.status == 0, "\(run.values) \(run.stderr)")
+        #expect(run.values["timerFiredOnMainThread"] == "true")
+        #expect(run.values["mainActorRuns"] == "true")
+    }
+
     @Test(arguments: [
         ("twice", "called twice; the main actor's executor is chosen once"),
         ("off-main", "called off the main thread; call it first thing in a synchronous main"),

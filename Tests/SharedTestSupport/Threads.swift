@@ -262,8 +262,10 @@ public func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool)
 
 /// ``waitUntil(timeout:_:)`` for async tests: checks `condition` every millisecond without
 /// blocking a thread of the concurrency pool (a blocked pool thread can starve the very task
-/// whose progress the condition watches: the pool has one thread per core).
-public func waitUntilAsync(timeout: Duration = .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
+/// whose progress the condition watches: the pool has one thread per core). The default timeout
+/// is 10 s, 180 s under a sanitizer, where the synchronous suites can hold the pool's threads for
+/// long stretches: a bound on a hang, not a timing assertion.
+public func waitUntilAsync(timeout: Duration = Sanitizers.any ? .seconds(180) : .seconds(10), _ condition: @Sendable () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + timeout
     while !condition() {
         if ContinuousClock.now >= deadline { return condition() }

@@ -28,6 +28,9 @@ func workloads(full: Bool) -> [any Workload] {
         CommitWorkload(),
         DisplayLinkWorkload(),
         TraceCostWorkload(),
+        MainActorWorkload(),
+        TicksWorkload(),
+        ClockDeterminismWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)

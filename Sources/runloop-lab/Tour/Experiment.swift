@@ -58,5 +58,6 @@ enum Tour {
         WakeUpPort(),
         BackgroundTimerWhileTracking(),
         URLConnectionThreads(),
+        MainActorWhileTracking(),
     ]
 }

@@ -49,10 +49,10 @@ private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> I
         let clock = loop.clock
         let start = clock.now
         let sleeper = Task { try await clock.sleep(for: .milliseconds(50)) }
-        #expect(await waitUntilAsync { timerEntries(loop) == 1 }, "\(timerEntries(loop)) entries; \(loop)")
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 1 }, "\(timerEntries(loop)) entries; \(loop)")
         try await sleeper.value
         #expect(clock.now - start >= .milliseconds(50))
-        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 0 })
         #expect(await host.finish())
     }
 
@@ -63,10 +63,10 @@ private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> I
         let loop = host.loop
         let clock = loop.clock
         let one = Task { try await clock.sleep(for: .seconds(3600)) }
-        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 1 })
         one.cancel()
         await #expect(throws: CancellationError.self) { try await one.value }
-        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 0 })
 
         // 100,000 sleeps (10,000 under a sanitizer), cancelled in batches of 1,000: some before
         // their timer exists, some after.
@@ -91,7 +91,7 @@ private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> I
             }
         }
         #expect(cancelled == total / 1_000 * 1_000)
-        #expect(await waitUntilAsync { timerEntries(loop) == 0 }, "\(timerEntries(loop)) timer entries left")
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 0 }, "\(timerEntries(loop)) timer entries left")
         #expect(await host.finish())
     }
 
@@ -101,7 +101,7 @@ private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> I
         let host = try #require(ModalLoop.start(name: "rlk-clock-exit"))
         let loop = host.loop
         let inProgress = Task { try await loop.clock.sleep(for: .seconds(3600)) }
-        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 1 })
         #expect(await host.finish())
         await #expect(throws: RunLoop.PerformError.threadExited) { try await inProgress.value }
         await #expect(throws: RunLoop.PerformError.threadExited) { try await loop.clock.sleep(for: .milliseconds(1)) }
@@ -200,7 +200,7 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
         #expect(received[1].skipped >= 5, "\(received)")
         // The timer goes with the sequence and its iterator.
         _ = consume ticks
-        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 0 })
         #expect(await host.finish())
     }
 
@@ -213,10 +213,10 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
             for await _ in loop.ticks(every: .seconds(3600)) { count += 1 }
             return count
         }
-        #expect(await waitUntilAsync { timerEntries(loop) == 1 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 1 })
         consumer.cancel()
         #expect(await consumer.value == 0)
-        #expect(await waitUntilAsync { timerEntries(loop) == 0 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(loop) == 0 })
         #expect(await host.finish())
     }
 
@@ -230,7 +230,7 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
             loop.perform {}
             usleep(200)
         }
-        #expect(await waitUntilAsync { activities.dropped > 0 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { activities.dropped > 0 })
         var seen: [RunLoop.Activity] = []
         for await activity in activities {
             seen.append(activity)
@@ -316,7 +316,7 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
             for await _ in ticks { count += 1 }
             return count
         }
-        #expect(await waitUntilAsync { timerEntries(host.loop) == 1 })
+        #expect(await waitUntilAsync(timeout: concurrencyPatience) { timerEntries(host.loop) == 1 })
         #expect(await host.finish())
         #expect(await consumer.value == 0)
     }

@@ -16,10 +16,10 @@ struct LabExperimentTests {
     @Test func listNamesTheSeedOfEveryExperiment() throws {
         let list = try runProbe("runloop-lab", ["list"])
         let entries = list.stdout.split(separator: "\n").filter { $0.first?.isNumber == true }
-        #expect(entries.count == 21)
+        #expect(entries.count == 22)
         // Each names its seed article(s) by file name, e.g. `(seed 004_a8b090316d53f601.txt)`.
         #expect(entries.allSatisfy { $0.contains("(seed") && $0.contains(".txt") })
-        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 21)
+        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 22)
     }
 
     @Test func gcdTimerFiresWhileTrackingAndTheDefaultLoopTimerDoesNot() throws {
@@ -29,6 +29,18 @@ struct LabExperimentTests {
         #expect(Int(summary.output.2)! >= 1)  // GCD, during tracking
         #expect(Int(summary.output.5)! == 0)  // the .default loop timer, during tracking
         #expect(Int(summary.output.6)! >= 1)  // ...and after it
+    }
+
+    /// Experiment 22: frames during a 300 ms nested tracking run, per main-actor executor. Bound:
+    /// a 20 ms animation makes about 15 frames in 300 ms; 3 leaves room for a loaded machine.
+    @Test func aMainActorAnimationMovesDuringTrackingOnlyOnTheMainLoopExecutor() throws {
+        let out = try tour(22)
+        let frames = out.matches(of: #/frames: (\d+) before tracking, (\d+) during/#).map { Int($0.output.2)! }
+        #expect(frames.count == 3, "\(out)")
+        guard frames.count == 3 else { return }
+        #expect(frames[0] == 0)  // Foundation: .tracking is not common
+        #expect(frames[1] == 0)  // the main queue, nested in one of its blocks
+        #expect(frames[2] >= 3)  // RunLoop.main as the main actor's executor
     }
 
     @Test func performAfterNeedsTheLoopToRun() throws {
