@@ -37,8 +37,9 @@ final class EventLog<Event: Sendable>: Sendable {
 
     var all: [Event] { events.read { $0 } }
 
-    /// Waits until `count` events arrived or `timeout` passed; returns them.
-    func wait(for count: Int, timeout: Duration = .seconds(10)) -> [Event] {
+    /// Waits until `count` events arrived or `timeout` passed (10 s; 180 s under a sanitizer, where
+    /// the other suites can starve the monitor's thread: a bound on a hang); returns them.
+    func wait(for count: Int, timeout: Duration = Sanitizers.any ? .seconds(180) : .seconds(10)) -> [Event] {
         _ = events.wait(timeout: timeout) { $0.count >= count }
         return all
     }

@@ -8,8 +8,9 @@ import Synchronization
 // loop itself must do: hand the events over, and name the items cheaply.
 //
 // Cost while no recorder is attached: one relaxed load of the instrumentation flags per pass
-// (`beginPass`) and a branch per phase. Items cache their name per recorder (`TraceNameSlot`), so
-// naming a callout is one relaxed load once the item was seen.
+// (`beginPass`) and a branch per phase. Items keep only their label (`ItemLabel`); the loop caches
+// each item's name index for the attached recorder by identity, so naming a callout that is not
+// a repeat is one hash lookup once the item was seen, and a repeat needs no name at all.
 //
 // Repeats are folded here, before the seam: a callout of the same item at the same depth as the
 // one just finished, with nothing else in between, is counted in the loop's thread state
@@ -65,15 +66,13 @@ package enum RecorderTags {
     }
 }
 
-/// An item's name for recorders: its ``label`` if set, otherwise a stable short identity (not its
-/// `description`, which shows state that changes). Cached per recorder, so naming a callout is one
-/// relaxed load once the item was seen.
-struct TraceNameSlot: ~Copyable, Sendable {
+/// An item's label (its ``label`` and the label's ``CalloutLabels`` id): all an item keeps for
+/// recorders and monitors. The names a recorder uses are cached by the loop
+/// (`LoopThreadState.itemNames`), not in the item.
+struct ItemLabel: ~Copyable, Sendable {
     /// The label's ``CalloutLabels`` id (0: none): what the loop publishes when it calls the item.
     /// First, at a fixed offset: the loop reads it at every callout.
     let calloutLabel = Atomic<UInt32>(0)
-    /// `recorder tag << 32 | name index`, or 0.
-    private let cached = Atomic<UInt64>(0)
     private let userLabel = Mutex<String?>(nil)
 
     init() {}
@@ -82,27 +81,24 @@ struct TraceNameSlot: ~Copyable, Sendable {
         get { userLabel.locked { $0 } }
         nonmutating set {
             userLabel.locked { $0 = newValue }
-            cached.store(0, ordering: .relaxed)
             calloutLabel.store(CalloutLabels.id(for: newValue), ordering: .relaxed)
+            ItemLabels.changed()
         }
-    }
-
-    /// The item's name index in `loop`'s recorder (which must be attached).
-    @inline(__always)
-    func index(in loop: RunLoop, identity: () -> String) -> UInt32 {
-        let tag = loop.confined.tracerTag
-        let word = cached.load(ordering: .relaxed)
-        if word >> 32 == UInt64(tag) { return UInt32(truncatingIfNeeded: word) }
-        let index = loop.internTraceName(label ?? identity())
-        cached.store(UInt64(tag) << 32 | UInt64(index), ordering: .relaxed)
-        return index
     }
 }
 
-/// What the run algorithm asks of an item it calls out to while a recorder is attached.
+/// A version bumped at every label change: loops drop the names they cached (`itemName`).
+enum ItemLabels {
+    static let version = Atomic<UInt64>(0)
+
+    static func changed() { version.add(1, ordering: .releasing) }
+}
+
+/// What the run algorithm asks of an item it calls out to while a recorder is attached: its name
+/// for recorders (its label, or a stable short identity, not its `description`, which shows
+/// state that changes).
 protocol TraceNamed: AnyObject {
-    /// The item's name index in `loop`'s attached recorder.
-    func traceName(_ loop: RunLoop) -> UInt32
+    var traceName: String { get }
 }
 
 // MARK: The loop's side
@@ -150,22 +146,24 @@ extension RunLoop {
         confined.tracer = recorder
         confined.fold = TraceFold(limit: recorder?.foldLimit ?? 0)
         confined.tracedMode = nil
-        confined.timerNames.removeAll()
+        confined.itemNames.removeAll()
     }
 
-    /// A timer's name index for `recorder`, cached by identity in the loop's thread state (timers
-    /// have no room for a cache of their own: ObjectSizeTests). A timer freed and another made at
-    /// its address with no label shows the first one's default name (its interval).
-    func timerName(_ timer: RunLoopTimer, identity: () -> String) -> UInt32 {
-        let version = TimerLabels.version.load(ordering: .acquiring)
-        if version != confined.timerNamesVersion {
-            confined.timerNames.removeAll(keepingCapacity: true)
-            confined.timerNamesVersion = version
+    /// An item's name index in the attached recorder, cached by identity in the loop's thread
+    /// state (items keep only their label). An item freed and another made at its address with
+    /// no label shows the first one's default name.
+    ///
+    /// - Complexity: one hash lookup; the name is made and interned once per item and recorder.
+    func itemName<Item: TraceNamed>(_ item: Item) -> UInt32 {
+        let version = ItemLabels.version.load(ordering: .acquiring)
+        if version != confined.itemNamesVersion {
+            confined.itemNames.removeAll(keepingCapacity: true)
+            confined.itemNamesVersion = version
         }
-        let id = ObjectIdentifier(timer)
-        if let index = confined.timerNames[id] { return index }
-        let index = internTraceName(identity())
-        if confined.timerNames.count < LoopThreadState.timerNameLimit { confined.timerNames[id] = index }
+        let id = ObjectIdentifier(item)
+        if let index = confined.itemNames[id] { return index }
+        let index = internTraceName(item.traceName)
+        if confined.itemNames.count < LoopThreadState.itemNameLimit { confined.itemNames[id] = index }
         return index
     }
 
@@ -218,39 +216,43 @@ extension RunLoop {
     @inline(__always)
     func traceCalloutBegin<Item: TraceNamed>(_ item: Item, _ phase: Phase, detail: UInt8 = 0, _ context: inout RunContext) {
         guard confined.tracerTag != 0 else { return }
-        traceCallout(phase, name: item.traceName(self), detail: detail, context)
+        let id = UInt(bitPattern: ObjectIdentifier(item))
+        if traceRepeat(phase, item: id, detail: detail, context) { return }
+        handOverCallout(phase, item: id, name: itemName(item), detail: detail, context)
     }
 
     func traceCalloutBegin(_ item: any Source1Item, _ phase: Phase, _ context: inout RunContext) {
         guard confined.tracerTag != 0 else { return }
-        traceCallout(phase, name: item.traceName(self), detail: 0, context)
+        let id = UInt(bitPattern: ObjectIdentifier(item))
+        if traceRepeat(phase, item: id, detail: 0, context) { return }
+        handOverCallout(phase, item: id, name: itemName(item), detail: 0, context)
     }
 
     func traceBlockBegin(_ context: inout RunContext) {
         guard confined.tracerTag != 0 else { return }
-        traceCallout(.blocks, name: TraceFold.blockName, detail: 0, context)
+        if traceRepeat(.blocks, item: TraceFold.block, detail: 0, context) { return }
+        handOverCallout(.blocks, item: TraceFold.block, name: TraceFold.blockName, detail: 0, context)
     }
 
-    /// A callout begins: folded into the last one if it repeats it, handed over otherwise.
+    /// Whether a callout beginning now repeats the one that ended last, and is folded into it:
+    /// compared by the item's identity, so a repeat costs no name lookup.
     @inline(__always)
-    private func traceCallout(_ phase: Phase, name: UInt32, detail: UInt8, _ context: RunContext) {
+    private func traceRepeat(_ phase: Phase, item: UInt, detail: UInt8, _ context: RunContext) -> Bool {
+        guard confined.fold.repeats(phase, item: item, detail: detail, depth: traceDepth) else { return false }
+        confined.fold.beginRepeat(pass: tracePass(context))
+        return true
+    }
+
+    private func handOverCallout(_ phase: Phase, item: UInt, name: UInt32, detail: UInt8, _ context: RunContext) {
         let depth = traceDepth
         let pass = tracePass(context)
-        if confined.fold.repeats(phase, name: name, detail: detail, depth: depth) {
-            confined.fold.beginRepeat(pass: pass)
-            return
-        }
-        handOverCallout(phase, name: name, detail: detail, depth: depth, pass: pass)
-    }
-
-    private func handOverCallout(_ phase: Phase, name: UInt32, detail: UInt8, depth: UInt8, pass: UInt64) {
         settleFold()
         if name == TraceFold.blockName {
             withRecorder { $0.blockBegan(depth: depth, pass: pass) }
         } else {
             withRecorder { $0.calloutBegan(phase, name: name, detail: detail, depth: depth, pass: pass) }
         }
-        confined.fold.began(phase, name: name, detail: detail, depth: depth)
+        confined.fold.began(phase, item: item, name: name, detail: detail, depth: depth)
     }
 
     @inline(__always)
@@ -324,7 +326,8 @@ extension RunLoop {
 /// The loop's side of folding repeated callouts (see the top of this file): the callout last
 /// begun or ended and the repeats of it not handed over yet. The loop's thread only.
 struct TraceFold {
-    /// The name a block's callouts are folded under (no item names a block).
+    /// The identity and name a block's callouts are folded under (no item stands for a block).
+    static let block: UInt = 0
     static let blockName = UInt32.max
 
     enum State: UInt8 {
@@ -342,6 +345,8 @@ struct TraceFold {
     let limit: UInt32
     var state = State.idle
     var phase = RunLoop.Phase.notRunning
+    /// The item's identity (`ObjectIdentifier`'s bits; 0 for a block) and its name index.
+    var item: UInt = 0
     var name: UInt32 = 0
     var detail: UInt8 = 0
     var depth: UInt8 = 0
@@ -355,8 +360,8 @@ struct TraceFold {
 
     /// Whether a callout beginning now repeats the one that ended last (and may be folded in).
     @inline(__always)
-    func repeats(_ phase: RunLoop.Phase, name: UInt32, detail: UInt8, depth: UInt8) -> Bool {
-        state == .ended && self.name == name && self.depth == depth && self.phase == phase && self.detail == detail
+    func repeats(_ phase: RunLoop.Phase, item: UInt, detail: UInt8, depth: UInt8) -> Bool {
+        state == .ended && self.item == item && self.depth == depth && self.phase == phase && self.detail == detail
             && calls < limit
     }
 
@@ -367,9 +372,10 @@ struct TraceFold {
     }
 
     @inline(__always)
-    mutating func began(_ phase: RunLoop.Phase, name: UInt32, detail: UInt8, depth: UInt8) {
+    mutating func began(_ phase: RunLoop.Phase, item: UInt, name: UInt32, detail: UInt8, depth: UInt8) {
         state = .begun
         self.phase = phase
+        self.item = item
         self.name = name
         self.detail = detail
         self.depth = depth

@@ -81,7 +81,7 @@ public final class FileDescriptorSource: Sendable, Hashable, CustomStringConvert
 
     let id: UInt64
     /// Its name in traces (see `label`).
-    let traceNameSlot = TraceNameSlot()
+    let itemLabel = ItemLabel()
     /// What the descriptor referred to when the source was made (device and inode).
     let identity: FileIdentity
     let handler: @Sendable (FileDescriptorSource, Events) -> Void
@@ -205,7 +205,7 @@ extension FileDescriptorSource: Source1Item {
 
     var calloutKind: RunLoop.CalloutKind { .descriptor }
 
-    var calloutLabel: UInt32 { traceNameSlot.calloutLabel.load(ordering: .relaxed) }
+    var calloutLabel: UInt32 { itemLabel.calloutLabel.load(ordering: .relaxed) }
 
     func invalidateItem() { invalidate() }
 

@@ -8,13 +8,11 @@ extension RunLoopSource: TraceNamed {
     /// A name for the source in traces and in its loop's description (e.g. `"touch dispatch"`);
     /// nil (the default) names it `RunLoopSource 0x… order N`. Any thread.
     public var label: String? {
-        get { traceNameSlot.label }
-        set { traceNameSlot.label = newValue }
+        get { itemLabel.label }
+        set { itemLabel.label = newValue }
     }
 
-    func traceName(_ loop: RunLoop) -> UInt32 {
-        traceNameSlot.index(in: loop) { "RunLoopSource \(objectAddress(self)) order \(order)" }
-    }
+    var traceName: String { label ?? "RunLoopSource \(objectAddress(self)) order \(order)" }
 }
 
 extension RunLoopTimer: TraceNamed {
@@ -24,34 +22,28 @@ extension RunLoopTimer: TraceNamed {
     /// Timers keep their labels in a table beside them, not in the object: a timer is allocated
     /// per schedule, and its size is kept within glibc's fast bins (ObjectSizeTests).
     public var label: String? {
-        get { TimerLabels.table.locked { $0.labels[ObjectIdentifier(self)] } }
+        get { TimerLabels.table.locked { $0[ObjectIdentifier(self)] } }
         set {
-            let version = TimerLabels.table.locked { table -> UInt64 in
-                table.labels[ObjectIdentifier(self)] = newValue
-                table.version &+= 1
-                TimerLabels.count.store(table.labels.count, ordering: .relaxed)
-                return table.version
+            TimerLabels.table.locked { labels in
+                labels[ObjectIdentifier(self)] = newValue
+                TimerLabels.count.store(labels.count, ordering: .relaxed)
             }
-            TimerLabels.version.store(version, ordering: .releasing)
+            ItemLabels.changed()
         }
     }
 
-    func traceName(_ loop: RunLoop) -> UInt32 {
-        loop.timerName(self) {
-            label
-                ?? (intervalNs == 0
-                    ? "RunLoopTimer \(objectAddress(self)) one-shot"
-                    : "RunLoopTimer \(objectAddress(self)) interval \(formatNanoseconds(intervalNs))")
-        }
+    var traceName: String {
+        label
+            ?? (intervalNs == 0
+                ? "RunLoopTimer \(objectAddress(self)) one-shot"
+                : "RunLoopTimer \(objectAddress(self)) interval \(formatNanoseconds(intervalNs))")
     }
 }
 
 /// The labels of timers, by identity (see ``RunLoopTimer/label``). An entry is removed when its
 /// timer is freed, so a later timer at the same address does not inherit it.
 enum TimerLabels {
-    static let table = Mutex<(labels: [ObjectIdentifier: String], version: UInt64)>(([:], 0))
-    /// Bumped at each change: trace buffers drop their cached timer names then.
-    static let version = Atomic<UInt64>(0)
+    static let table = Mutex<[ObjectIdentifier: String]>([:])
     /// Labelled timers: while none is, a timer's deinit does nothing here (one relaxed load).
     static let count = Atomic<Int>(0)
 
@@ -59,18 +51,18 @@ enum TimerLabels {
     @inline(__always)
     static func calloutLabel(of timer: RunLoopTimer) -> UInt32 {
         guard count.load(ordering: .relaxed) > 0 else { return 0 }
-        guard let label = table.locked({ $0.labels[ObjectIdentifier(timer)] }) else { return 0 }
+        guard let label = table.locked({ $0[ObjectIdentifier(timer)] }) else { return 0 }
         return CalloutLabels.id(for: label)
     }
 
     static func forget(_ id: ObjectIdentifier) {
-        let changed = table.locked { table -> UInt64? in
-            guard table.labels.removeValue(forKey: id) != nil else { return nil }
-            table.version &+= 1
-            count.store(table.labels.count, ordering: .relaxed)
-            return table.version
+        let removed = table.locked { labels -> Bool in
+            guard labels.removeValue(forKey: id) != nil else { return false }
+            count.store(labels.count, ordering: .relaxed)
+            return true
         }
-        if let changed { version.store(changed, ordering: .releasing) }
+        // A later timer at the same address must not show this one's label from a loop's cache.
+        if removed { ItemLabels.changed() }
     }
 }
 
@@ -79,37 +71,31 @@ extension RunLoopObserver: TraceNamed {
     /// `"_wrapRunLoopWithAutoreleasePoolHandler"`); nil (the default) names it
     /// `RunLoopObserver 0x… order N`. Any thread.
     public var label: String? {
-        get { traceNameSlot.label }
-        set { traceNameSlot.label = newValue }
+        get { itemLabel.label }
+        set { itemLabel.label = newValue }
     }
 
-    func traceName(_ loop: RunLoop) -> UInt32 {
-        traceNameSlot.index(in: loop) { "RunLoopObserver \(objectAddress(self)) order \(order)" }
-    }
+    var traceName: String { label ?? "RunLoopObserver \(objectAddress(self)) order \(order)" }
 }
 
 extension MessagePort: TraceNamed {
     /// A name for the port in traces and in its loop's description; nil (the default) names it
     /// `MessagePort<Message> 0x…`. Any thread.
     public var label: String? {
-        get { traceNameSlot.label }
-        set { traceNameSlot.label = newValue }
+        get { itemLabel.label }
+        set { itemLabel.label = newValue }
     }
 
-    func traceName(_ loop: RunLoop) -> UInt32 {
-        traceNameSlot.index(in: loop) { "MessagePort<\(Message.self)> \(objectAddress(self))" }
-    }
+    var traceName: String { label ?? "MessagePort<\(Message.self)> \(objectAddress(self))" }
 }
 
 extension FileDescriptorSource: TraceNamed {
     /// A name for the source in traces and in its loop's description; nil (the default) names it
     /// `FileDescriptorSource fd N`. Any thread.
     public var label: String? {
-        get { traceNameSlot.label }
-        set { traceNameSlot.label = newValue }
+        get { itemLabel.label }
+        set { itemLabel.label = newValue }
     }
 
-    func traceName(_ loop: RunLoop) -> UInt32 {
-        traceNameSlot.index(in: loop) { "FileDescriptorSource fd \(descriptor)" }
-    }
+    var traceName: String { label ?? "FileDescriptorSource fd \(descriptor)" }
 }

@@ -46,7 +46,7 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
 
     let id: UInt64
     /// Its name in traces (see `label`).
-    let traceNameSlot = TraceNameSlot()
+    let itemLabel = ItemLabel()
     @usableFromInline let handler: @Sendable (Message) -> Void
     let registration = Mutex(Source1Registration())
     @usableFromInline let queue = SpinLocked(PortQueue<Message>())
@@ -213,7 +213,7 @@ extension MessagePort: Source1Item {
     var calloutKind: RunLoop.CalloutKind { .port }
 
     @usableFromInline
-    var calloutLabel: UInt32 { traceNameSlot.calloutLabel.load(ordering: .relaxed) }
+    var calloutLabel: UInt32 { itemLabel.calloutLabel.load(ordering: .relaxed) }
 
     func perform(events: FileDescriptorSource.Events, onlyOne: Bool, on loop: RunLoop) -> Bool {
         guard hasQueued.load(ordering: .acquiring) else { return false }

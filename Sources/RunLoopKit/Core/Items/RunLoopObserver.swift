@@ -20,7 +20,7 @@ public final class RunLoopObserver: Sendable, Hashable, CustomStringConvertible 
     let firing = Atomic<Bool>(false)
     let registrations = Mutex<[ItemRegistration]>([])
     /// Its name in traces (see `label`).
-    let traceNameSlot = TraceNameSlot()
+    let itemLabel = ItemLabel()
 
     /// Creates an observer.
     ///

@@ -26,7 +26,7 @@ public final class RunLoopSource: Sendable, Hashable, CustomStringConvertible {
     /// included), so that ``invalidate()`` can remove it everywhere.
     let registrations = Mutex<[ItemRegistration]>([])
     /// Its name in traces (see `label`).
-    let traceNameSlot = TraceNameSlot()
+    let itemLabel = ItemLabel()
 
     /// Creates a source.
     ///

@@ -241,7 +241,7 @@ extension RunLoop {
             if _slowPath(context.pass.tracing) {
                 traceCalloutBegin(observer, .observers, detail: UInt8(activity.rawValue.trailingZeroBitCount), &context)
             }
-            calloutBegins(.observer, label: observer.traceNameSlot.calloutLabel.load(ordering: .relaxed))
+            calloutBegins(.observer, label: observer.itemLabel.calloutLabel.load(ordering: .relaxed))
             observer.handler(observer, activity)
             calloutEnds()
             if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
@@ -383,7 +383,7 @@ extension RunLoop {
             index += 1
             if source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid {
                 if _slowPath(context.pass.tracing) { traceCalloutBegin(source, .sources0, &context) }
-                calloutBegins(.source, label: source.traceNameSlot.calloutLabel.load(ordering: .relaxed))
+                calloutBegins(.source, label: source.itemLabel.calloutLabel.load(ordering: .relaxed))
                 source.performCallout()
                 calloutEnds()
                 if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }

@@ -154,11 +154,11 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var traceVersion: UInt64 = 0
     /// Repeated callouts folded before they reach ``tracer`` (see Tracing.swift).
     @exclusivity(unchecked) var fold = TraceFold(limit: 0)
-    /// Timers' name indexes for ``tracer`` (see `RunLoop.timerName`), and the labels' version
-    /// they were taken at; at most ``timerNameLimit``.
-    @exclusivity(unchecked) var timerNames: [ObjectIdentifier: UInt32] = [:]
-    @exclusivity(unchecked) var timerNamesVersion: UInt64 = 0
-    static let timerNameLimit = 65_536
+    /// Items' name indexes in ``tracer``, by identity (see `RunLoop.itemName`), and the labels'
+    /// version they were taken at; at most ``itemNameLimit``.
+    @exclusivity(unchecked) var itemNames: [ObjectIdentifier: UInt32] = [:]
+    @exclusivity(unchecked) var itemNamesVersion: UInt64 = 0
+    static let itemNameLimit = 65_536
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
