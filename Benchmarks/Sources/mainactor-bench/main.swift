@@ -44,10 +44,16 @@ struct MainActorTarget: Target {
 }
 
 actor NIOActor {
-    let loop: any EventLoop
+    /// The event loop itself as the executor (NIOPosix's loops are NIOSerialEventLoopExecutors):
+    /// `EventLoop.executor` on an existential makes a new wrapper each time, which an unowned
+    /// executor reference must not point to.
+    let executor: any SerialExecutor
     var counter = 0
-    init(loop: any EventLoop) { self.loop = loop }
-    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    init(loop: any EventLoop) {
+        guard let executor = loop as? any SerialExecutor else { fatalError("this NIO event loop is no SerialExecutor") }
+        self.executor = executor
+    }
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     func hop() { counter &+= 1 }
     func sleepLateness() async -> Double {
         let start = cbench_now_ns()
@@ -95,13 +101,13 @@ func measure(_ target: some Target, clocks: [SleepClock]) async {
         switch CommandLine.arguments.dropFirst().first {
         case "runloopkit":
             RunLoopConcurrency.installMainExecutor()
-            Task {
+            Task.detached {
                 await measure(MainActorTarget(), clocks: [.continuous, .mainLoop])
                 RunLoopConcurrency.stopMain()
             }
             exit(RunLoopConcurrency.runMain())
         case "platform":
-            Task {
+            Task.detached {
                 await measure(MainActorTarget(), clocks: [.continuous])
                 exit(0)
             }
@@ -110,7 +116,7 @@ func measure(_ target: some Target, clocks: [SleepClock]) async {
             let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
             let target = NIOTarget(actor: NIOActor(loop: group.next()))
             let done = DispatchSemaphore(value: 0)
-            Task {
+            Task.detached {
                 await measure(target, clocks: [.continuous])
                 done.signal()
             }

@@ -92,9 +92,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
     let blocksClosed = Atomic<Bool>(false)
-    /// The loop's virtual clock, published for other threads (VirtualTime.swift); `Int64.min`
-    /// for a loop on real time.
-    let virtualClockNs = Atomic<Int64>(.min)
     /// A version-1 source has something to deliver that its epoll events do not show (a message
     /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
     /// sources.
@@ -105,6 +102,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let instrumentation = LoopInstrumentation()
     /// Per-loop objects of the layers above the core (see ``LoopAttachments``).
     let attachments = LoopAttachments()
+    /// The loop's virtual clock, published for other threads (VirtualTime.swift); `Int64.min`
+    /// for a loop on real time.
+    let virtualClockNs = Atomic<Int64>(.min)
 
     init(ownerTID: Int32, ownerName: String, isMainLoop: Bool) {
         self.ownerTID = ownerTID

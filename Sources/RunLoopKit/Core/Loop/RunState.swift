@@ -133,6 +133,8 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var firingBatch = TimerBatch()
     /// Runs in progress (1 in the outermost run).
     @exclusivity(unchecked) var runDepth = 0
+    /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
+    @exclusivity(unchecked) var virtualTimePolicy: (any VirtualTimePolicy)?
     /// The recorder while one is attached (see Tracing.swift), and the attach version it was
     /// taken up at. It changes only between passes of the outermost run, when no callout is in
     /// progress.
@@ -161,6 +163,5 @@ final class LoopThreadState: @unchecked Sendable {
     static let itemNameLimit = 65_536
     /// The last mode named in the trace, and its name's index.
     @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
-    /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
-    @exclusivity(unchecked) var virtualTimePolicy: (any VirtualTimePolicy)?
+
 }
