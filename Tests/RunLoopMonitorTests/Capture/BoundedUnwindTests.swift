@@ -45,7 +45,7 @@ func neverReadsOutsideTheStackWhateverItHolds() throws {
     #expect(code.count >= 3)
     // Seeded (printed on failure), so a failing run can be replayed.
     let seed = UInt64.random(in: 0...UInt64.max)
-    var random = SplitMix64(seed: seed)
+    var random = SplitMix(seed: seed)
     func value() -> UInt64 {
         switch random.next(upperBound: UInt64(10)) {
         case 0..<3: return random.next()
@@ -112,7 +112,7 @@ static func firstPLTEntry() throws -> UInt64? {
         guard name == ".plt" else { continue }
         var image = [CChar](repeating: 0, count: 1024), symbol = [CChar](repeating: 0, count: 8)
         var base: UInt64 = 0, symbolAddress: UInt64 = 0
-        let anchor = UInt64(UInt(bitPattern: unsafeBitCast(SplitMix64.self as Any.Type, to: UnsafeRawPointer.self)))
+        let anchor = UInt64(UInt(bitPattern: unsafeBitCast(SplitMix.self as Any.Type, to: UnsafeRawPointer.self)))
         guard crlm_dladdr(anchor, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return nil }
         return base + read(header + 0x10, UInt64.self) + 16
     }
@@ -148,17 +148,4 @@ func anUnpreparedThreadIsWalkedThroughTheKernel() throws {
     // Under a sanitizer the signal arrives at its interceptors, often outside the function.
     #expect(sanitized ? named > 0 : named >= 45, "\(unnamed)")
 }
-}
-
-/// A small, fast, seedable generator (Steele, Lea and Flood's SplitMix64) for replayable fuzzing.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
