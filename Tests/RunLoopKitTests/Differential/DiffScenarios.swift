@@ -51,7 +51,7 @@ enum DiffScenarios {
         loop.add(source, DiffMode.default)
         source.signal()
         loop.perform { trace("block") }
-        let timer = loop.makeTimer(fireAt: 0.02) { _ in
+        let timer = loop.makeTimer(fireAt: 0.2) { _ in
             trace("timer"); loop.stop()
         }
         loop.add(timer, DiffMode.default)
