@@ -11,7 +11,18 @@ let package = Package(
         // RunLoop.main as the main actor's executor: Swift 6.3's experimental executor SPI, in a
         // product of its own so that a toolchain's change to the SPI breaks only this one.
         .library(name: "RunLoopConcurrency", targets: ["RunLoopConcurrency"]),
+        // RunLoop as an OpenCombine scheduler and a timer publisher; built only with the
+        // `OpenCombine` trait, so OpenCombine never enters RunLoopKit's build.
+        .library(name: "RunLoopCombine", targets: ["RunLoopCombine"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
+    ],
+    // Integrations with foreign dependencies are traits, off by default: `swift build` and
+    // `swift test` build RunLoopKit and its own modules only; a user who wants one names the
+    // trait on the package dependency (`traits: ["OpenCombine"]`), and CI builds them with
+    // `--traits`. Their targets compile to nothing without the trait.
+    traits: [
+        .trait(name: "OpenCombine", description: "RunLoopCombine: RunLoop as an OpenCombine scheduler, a timer publisher."),
+        .default(enabledTraits: []),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
@@ -21,6 +32,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         // `swift package generate-documentation --target RunLoopKit`; no code of it is linked.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Trait `OpenCombine` only.
+        .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
     ],
     targets: [
         // Linux system calls and headers Swift's Glibc module does not import
@@ -74,6 +87,25 @@ let package = Package(
         .testTarget(
             name: "RunLoopConcurrencyTests",
             dependencies: ["RunLoopKit", "RunLoopConcurrency", "RunLoopTesting", "SharedTestSupport"]
+        ),
+        // RunLoop as an OpenCombine scheduler (trait `OpenCombine`).
+        .target(
+            name: "RunLoopCombine",
+            dependencies: [
+                "RunLoopKit",
+                .product(name: "OpenCombine", package: "OpenCombine", condition: .when(traits: ["OpenCombine"])),
+            ]
+        ),
+        // OpenCombine 0.14.0's RunLoopSchedulerTests and TimerPublisherTests, ported (XCTest, as
+        // there); empty without the trait.
+        .testTarget(
+            name: "RunLoopCombineTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopCombine",
+                "RunLoopTesting",
+                .product(name: "OpenCombine", package: "OpenCombine", condition: .when(traits: ["OpenCombine"])),
+            ]
         ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
         .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),

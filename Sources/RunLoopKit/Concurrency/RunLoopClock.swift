@@ -33,6 +33,13 @@ import Synchronization
 /// their sleeps there, and are resumed there, in deadline order, with no race between the test
 /// and the sleeper. Tasks on the global pool that sleep on the virtual clock still work, but
 /// whether a sleep is registered before a given `advance` is up to the scheduler.
+///
+/// Virtual and real sleeps mixed: virtual time moves only with `advance(by:)` (and `elapse`), so
+/// real time passing ends no sleep on the virtual clock; a sleep on a real clock
+/// (`ContinuousClock`, `Task.sleep`) ends in real time whatever `advance(by:)` does; a task on
+/// the virtual loop that slept on a real clock resumes when the loop next runs (`advance(by:)`,
+/// `runUntilIdle()`), at the virtual instant of that run. So a test that mixes them waits in real
+/// time for the real sleeps: use the loop's clock for every sleep the test must control.
 public struct RunLoopClock: Clock, Sendable {
     public typealias Instant = ContinuousClock.Instant
     public typealias Duration = Swift.Duration

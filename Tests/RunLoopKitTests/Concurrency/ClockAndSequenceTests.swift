@@ -123,6 +123,60 @@ private func timerEntries(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> I
         #expect(runs.first == "before 499 ms: [] | at 500 ms: [2] | at 1100 ms: [2, 5]")
     }
 
+    /// `withVirtualTime` and real-clock sleeps mixed (the behaviour RunLoopClock documents): real
+    /// time passing neither moves the virtual clock nor ends a virtual sleep; a real sleep ends in
+    /// real time whatever `advance(by:)` does, and a task on the virtual loop resumes from it when
+    /// the loop next runs, at the virtual instant of that run.
+    @Test func virtualAndRealSleepsMixed() async throws {
+        let outcome = await TestThreads.run(name: "rlk-mixed") { () -> [String] in
+            (try? withVirtualTime { virtual -> [String] in
+                let loop = virtual.runLoop
+                let start = virtual.now
+                var notes: [String] = []
+                let virtualSlept = TestEvent()
+                let realSleptOnPool = TestEvent()
+                let realSleptOnLoop = TestEvent()
+                let virtualNowSeenByRealSleeper = Mutex<Duration?>(nil)
+                let sleeper = Task(executorPreference: loop) {
+                    try await loop.clock.sleep(for: .milliseconds(100))
+                    virtualSlept.fire()
+                }
+                let loopRealSleeper = Task(executorPreference: loop) {
+                    try await ContinuousClock().sleep(for: .milliseconds(20))
+                    realSleptOnLoop.fire()
+                }
+                Task.detached {
+                    try await ContinuousClock().sleep(for: .milliseconds(20))
+                    virtualNowSeenByRealSleeper.locked { $0 = loop.now - start }
+                    realSleptOnPool.fire()
+                }
+                try virtual.runUntilIdle()  // the tasks start; the virtual sleep is a timer now
+                // Real time passes: the real sleep on the pool ends, the virtual clock stays.
+                notes.append("real sleep on the pool ended: \(realSleptOnPool.wait(timeout: .seconds(60)))")
+                notes.append("virtual time seen then: \(virtualNowSeenByRealSleeper.locked { $0 }.map { "\($0)" } ?? "nil")")
+                notes.append("virtual sleep ended by real time: \(virtualSlept.wait(timeout: .milliseconds(150)))")
+                // The loop-preferring task's real sleep ended in real time too; it resumes when the
+                // loop runs (a job for the loop), without moving virtual time.
+                let resumed = waitUntil(timeout: .seconds(60)) {
+                    (try? virtual.runUntilIdle()) != nil && realSleptOnLoop.wait(timeout: .zero)
+                }
+                notes.append("real sleep on the loop resumed by runUntilIdle: \(resumed), at \(virtual.now - start)")
+                try virtual.advance(by: .milliseconds(100))
+                notes.append("virtual sleep ended by advance(by: 100 ms): \(virtualSlept.wait(timeout: .zero)), at \(virtual.now - start)")
+                sleeper.cancel()
+                loopRealSleeper.cancel()
+                return notes
+            }) ?? ["threw"]
+        }
+        #expect(try #require(outcome) == [
+            "real sleep on the pool ended: true",
+            "virtual time seen then: 0.0 seconds",
+            "virtual sleep ended by real time: false",
+            "real sleep on the loop resumed by runUntilIdle: true, at 0.0 seconds",
+            "virtual sleep ended by advance(by: 100 ms): true, at 0.1 seconds",
+        ])
+    }
+
     /// Calls at 0, 100, 200 ms, then at 600, 700, 800 ms, with a 300 ms debounce: the values 2
     /// (at 500 ms) and 5 (at 1100 ms) come out.
     static func debounceOnVirtualTime() -> String {
