@@ -431,6 +431,12 @@ static bool read_parked_state(pid_t tid, parked_state *state) {
     return true;
 }
 
+long crlm_blocked_syscall(pid_t tid) {
+    parked_state state;
+    if (!read_parked_state(tid, &state)) return CRLM_THREAD_GONE;
+    return state.running ? CRLM_THREAD_RUNNING : state.number;
+}
+
 /// A copy of a parked thread's stack from its sp up, page by page so that the read ends at the
 /// first unmapped page (the kernel copies whole iovec elements only).
 enum { PARKED_COPY_BYTES = 512 * 1024, PAGE = 4096, PARKED_PAGES = PARKED_COPY_BYTES / PAGE + 1 };

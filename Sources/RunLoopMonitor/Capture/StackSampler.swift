@@ -47,6 +47,10 @@ struct StackSampler {
 
     /// Takes one sample. Returns false when the thread is gone.
     mutating func sample(timeout: Duration) -> Bool {
+        guard threadID != 0 else {
+            lastError = .threadUnknown
+            return true
+        }
         do {
             let stack = try ThreadStack.captureAddresses(threadID: threadID, timeout: timeout)
             record(stack.addresses)

@@ -152,6 +152,9 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
     /// action (which would kill the process) or installed a handler of its own after ThreadStack
     /// installed its. Nothing was sent.
     case handlerReplaced(signal: Int32)
+    /// The watched thread is not known: a heartbeat source whose queue or loop has not answered
+    /// a single heartbeat yet (so no thread of it was ever seen).
+    case threadUnknown
 
     /// What went wrong, in words.
     public var description: String {
@@ -170,6 +173,8 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
             "cannot signal thread \(id) (errno \(errno))"
         case .handlerReplaced(let signal):
             "the handler of signal \(signal) was replaced (reset to its default action, or another handler installed) after ThreadStack installed its own; no signal was sent"
+        case .threadUnknown:
+            "the watched thread is not known yet (it never answered a heartbeat), so its stack cannot be read"
         }
     }
 }

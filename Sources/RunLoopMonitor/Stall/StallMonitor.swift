@@ -102,8 +102,8 @@ public final class StallMonitor: Sendable {
     private let reporter = Mutex<MonitorThread?>(nil)
 
     private struct Shared {
-        var loops: [RunLoop]
-        /// Names given with the loops (``watch(_:name:)``), by loop.
+        var sources: [any StallSource]
+        /// Names given with the sources (``watch(_:name:)``), by source.
         var names: [ObjectIdentifier: String] = [:]
         var stopping = false
         var started = false
@@ -168,7 +168,7 @@ public final class StallMonitor: Sendable {
         self.backoff = backoff
         self.store = store
         self.logger = logger
-        self.shared = Mutex(Shared(loops: loops))
+        self.shared = Mutex(Shared(sources: loops))
     }
 
     /// The shortest sample interval (see `init`).
@@ -177,23 +177,31 @@ public final class StallMonitor: Sendable {
     /// Watches `loop` too, from the next look on, under `name` in reports, logs and metrics (its
     /// thread's name when nil). Any thread, before or after ``start(_:)``. Watching a loop again
     /// renames it.
-    public func watch(_ loop: RunLoop, name: String? = nil) {
+    ///
+    /// Any ``StallSource`` is watched the same way: a RunLoopKit loop, a SwiftNIO event loop
+    /// (RunLoopMonitorNIO), a heartbeat on a `DispatchQueue`
+    /// (``HeartbeatStallSource/init(queue:name:interval:)``), a thread that reports its own work
+    /// (``ThreadStallSource``).
+    public func watch(_ source: any StallSource, name: String? = nil) {
         let added = shared.locked { shared -> Bool in
-            if let name { shared.names[ObjectIdentifier(loop)] = name }
-            guard !shared.loops.contains(loop) else { return false }
-            shared.loops.append(loop)
+            if let name { shared.names[ObjectIdentifier(source)] = name }
+            guard !shared.sources.contains(where: { $0 === source }) else { return false }
+            shared.sources.append(source)
             return shared.started
         }
-        if added { Self.prepare(loop) }
+        if added { source.prepareForStallMonitoring() }
         thread.locked { $0 }?.wake()
     }
 
-    /// On the loop's thread, at its next pass in a common mode (before blocks performed after this
-    /// call): unblocks the capture signal and records the stack bounds (see "Preparing the
-    /// thread").
-    private static func prepare(_ loop: RunLoop) {
-        loop.perform(inModes: [.common]) { ThreadStack.prepareCurrentThread() }
+    /// Stops watching `source` (from the next look on); a stall of it in progress ends, cut short.
+    /// Any thread; a source not watched is ignored.
+    public func unwatch(_ source: any StallSource) {
+        shared.locked { $0.sources.removeAll { $0 === source } }
+        thread.locked { $0 }?.wake()
     }
+
+    /// The sources watched now, in the order they were given.
+    public var watchedSources: [any StallSource] { shared.locked { $0.sources } }
 
     /// Starts the monitor's threads; `handler` is called on its reporting thread (`rlk.stallrep`)
     /// for each event, in order. Once: a second call is a precondition failure.
@@ -205,7 +213,7 @@ public final class StallMonitor: Sendable {
         fatalPrecondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
         startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
-        for loop in loops { Self.prepare(loop) }
+        for source in sources { source.prepareForStallMonitoring() }
         let worker = Worker(monitor: self)
         reporter.locked { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
         thread.locked { $0 = MonitorThread(name: "rlk.stallmon") { [self] in
@@ -281,9 +289,11 @@ public final class StallMonitor: Sendable {
     // MARK: The monitor's thread
 
     fileprivate var isStopping: Bool { shared.locked { $0.stopping } }
-    fileprivate var loops: [RunLoop] { shared.locked { $0.loops } }
-    fileprivate func name(of loop: RunLoop) -> String { shared.locked { $0.names[ObjectIdentifier(loop)] } ?? loop.threadName }
-    fileprivate func forget(_ loop: RunLoop) { shared.locked { $0.loops.removeAll { $0 === loop } } }
+    fileprivate var sources: [any StallSource] { shared.locked { $0.sources } }
+    fileprivate func name(of source: any StallSource) -> String {
+        shared.locked { $0.names[ObjectIdentifier(source)] } ?? source.stallSourceName
+    }
+    fileprivate func forget(_ source: any StallSource) { shared.locked { $0.sources.removeAll { $0 === source } } }
 
     fileprivate func emit(_ event: StallEvent) {
         let report = event.report
@@ -327,12 +337,12 @@ public final class StallMonitor: Sendable {
         }
     }
 
-    fileprivate func noteThreadExit(_ loop: RunLoop) {
-        logger?.info("watched run loop's thread exited; no longer watched", metadata: ["thread": "\(loop.threadName)", "tid": "\(loop.threadID)"])
+    fileprivate func noteThreadExit(_ source: any StallSource, threadID: Int32) {
+        logger?.info("watched thread exited; no longer watched", metadata: ["source": "\(name(of: source))", "tid": "\(threadID)"])
     }
 
-    fileprivate func noteCaptureError(_ error: ThreadStackError, _ loop: RunLoop) {
-        logger?.error("cannot capture the stalled thread's stack: \(error)", metadata: ["thread": "\(loop.threadName)", "tid": "\(loop.threadID)"])
+    fileprivate func noteCaptureError(_ error: ThreadStackError, _ source: any StallSource, threadID: Int32) {
+        logger?.error("cannot capture the stalled thread's stack: \(error)", metadata: ["source": "\(name(of: source))", "tid": "\(threadID)"])
     }
 }
 
@@ -352,9 +362,9 @@ private final class Worker: @unchecked Sendable {
     /// it, which on a loaded machine can take longer than a sample interval.
     var captureTimeout: Duration { max(monitor.sampleInterval * 2, .milliseconds(100)) }
 
-    /// One watched loop.
+    /// One watched source.
     struct Watch {
-        let loop: RunLoop
+        let source: any StallSource
         /// The callout the loop was last seen busy in.
         var candidate: Candidate?
         /// When the monitor last looked at the loop.
@@ -377,6 +387,7 @@ private final class Worker: @unchecked Sendable {
 
     struct Stall {
         let id: String
+        let threadID: Int32
         let key: Key
         let startedAt: Date
         let busySince: ContinuousClock.Instant
@@ -405,7 +416,7 @@ private final class Worker: @unchecked Sendable {
         }
         // Stalls still going get their end, marked cut short; held-back ones their summary.
         for (key, watch) in watches {
-            if var stall = watch.stall { finish(&stall, watch.loop, reason: .monitorStopped) }
+            if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
             watches[key] = nil
         }
         for (report, sampler) in backoff.drainSummaries() { monitor.enqueue(.suppressed, report, sampler) }
@@ -415,12 +426,16 @@ private final class Worker: @unchecked Sendable {
     func round() -> ContinuousClock.Instant {
         let now = ContinuousClock.now
         var next = now + monitor.sampleInterval
-        let loops = monitor.loops
-        let current = Set(loops.map(ObjectIdentifier.init))
-        for key in watches.keys where !current.contains(key) { watches[key] = nil }
-        for loop in loops {
-            let key = ObjectIdentifier(loop)
-            if watches[key] == nil { watches[key] = Watch(loop: loop) }
+        let sources = monitor.sources
+        let current = Set(sources.map { ObjectIdentifier($0) })
+        for (key, watch) in watches where !current.contains(key) {
+            // No longer watched (unwatch): a stall in progress ends, cut short.
+            if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
+            watches[key] = nil
+        }
+        for source in sources {
+            let key = ObjectIdentifier(source)
+            if watches[key] == nil { watches[key] = Watch(source: source) }
             if let wake = look(at: key) { next = min(next, wake) }
         }
         for (report, sampler) in backoff.expiredSummaries(at: now) { monitor.enqueue(.suppressed, report, sampler) }
@@ -431,47 +446,50 @@ private final class Worker: @unchecked Sendable {
     func look(at key: ObjectIdentifier) -> ContinuousClock.Instant? {
         guard var watch = watches[key] else { return nil }
         defer { watches[key] = watch }
-        let loop = watch.loop
-        let snapshot = loop.phaseSnapshot
-        let callout = loop.calloutSnapshot
+        let source = watch.source
+        let snapshot = source.stallSnapshot()
         let now = ContinuousClock.now
         let previousLook = watch.lastLook
         watch.lastLook = now
-        let busy = snapshot.phase != .waiting && snapshot.phase != .notRunning
-        let current = Key(generation: snapshot.generation, callout: callout.sequence)
+        let busy = snapshot.activity == .busy
+        let current = Key(generation: snapshot.work, callout: snapshot.step)
         // Moved on, whatever the thread did next (even if it has exited since).
         if var stall = watch.stall, !busy || stall.key != current {
-            finish(&stall, loop, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now))
+            finish(&stall, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now))
             watch.stall = nil
         }
-        if loop.hasThreadExited {
-            if var stall = watch.stall { finish(&stall, loop, reason: .threadExited) }
+        if snapshot.threadExited {
+            if var stall = watch.stall { finish(&stall, reason: .threadExited) }
             watch.stall = nil
             watch.candidate = nil
-            monitor.forget(loop)
-            ThreadStack.forget(threadID: loop.threadID)
-            monitor.noteThreadExit(loop)
+            monitor.forget(source)
+            if snapshot.threadID != 0 { ThreadStack.forget(threadID: snapshot.threadID) }
+            monitor.noteThreadExit(source, threadID: snapshot.threadID)
             return nil
         }
         guard busy else {
             watch.candidate = nil
             return nil
         }
+        let threadID = snapshot.threadID
         if watch.candidate?.key != current {
-            // Timed from the last look that saw the loop elsewhere (the callout began after it), or
-            // from when the loop stamped the pass's work, if it does and that is later: a duration
-            // is never shorter than the callout, and at most a sample interval longer at its start.
+            // Timed from the last look that saw the source elsewhere (the work began after it), or
+            // from when the source stamped the work, if it does and that is later: a duration is
+            // never shorter than the work, and at most a sample interval longer at its start.
             let samePass = watch.candidate?.key.generation == current.generation
             var since = previousLook ?? now
             if !samePass, let stamped = snapshot.busySince, stamped > since { since = stamped }
+            // A source that knows when the work began (a heartbeat's send time) says so exactly.
+            if snapshot.busySinceIsExact, let stamped = snapshot.busySince { since = stamped }
             watch.candidate = Candidate(
-                key: current, busySince: min(since, now), seenAt: now, cpuAtSeen: ProcessThreads.cpuTime(of: loop.threadID))
+                key: current, busySince: min(since, now), seenAt: now,
+                cpuAtSeen: threadID != 0 ? ProcessThreads.cpuTime(of: threadID) : nil)
         }
         let candidate = watch.candidate!
         if var stall = watch.stall {
             if now >= stall.nextSample {
-                if !sample(&stall, loop) {
-                    finish(&stall, loop, reason: .threadExited)
+                if !sample(&stall) {
+                    finish(&stall, reason: .threadExited)
                     watch.stall = nil
                     return nil
                 }
@@ -481,9 +499,9 @@ private final class Worker: @unchecked Sendable {
                 stall.reported = true  // a hang is never hidden by the back-off
                 backoff.reportedAfterAll(stall.signature)
                 if monitor.capturesAllThreads {
-                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: loop.threadID)
+                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: stall.threadID)
                 }
-                monitor.enqueue(.began, report(stall, loop, now: now), stall.sampler)
+                monitor.enqueue(.began, report(stall, now: now), stall.sampler)
             }
             watch.stall = stall
             return stall.nextSample
@@ -491,24 +509,25 @@ private final class Worker: @unchecked Sendable {
         let due = candidate.busySince + monitor.threshold
         guard now >= due else { return due }
         // A stall begins: its first sample now.
-        var sampler = StackSampler(threadID: loop.threadID)
+        var sampler = StackSampler(threadID: threadID)
         guard sampler.sample(timeout: captureTimeout) else { return nil }  // the thread is gone
-        if let error = sampler.lastError { monitor.noteCaptureError(error, loop) }
+        if let error = sampler.lastError { monitor.noteCaptureError(error, source, threadID: threadID) }
         let busyFor = now - candidate.busySince
         let signature = sampler.signature ?? []
         let decision = backoff.decide(signature, at: now)
         var stall = Stall(
-            id: UUID().uuidString, key: current, startedAt: Date(timeIntervalSinceNow: -busyFor.seconds),
-            busySince: candidate.busySince, mode: loop.currentMode?.rawValue ?? "?", phase: snapshot.phase.description,
-            item: callout.description, threadName: ProcessThreads.name(of: loop.threadID) ?? loop.threadName,
-            loopName: monitor.name(of: loop), seenAt: candidate.seenAt, cpuAtSeen: candidate.cpuAtSeen,
-            lastCPU: ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) }, sampler: sampler,
-            nextSample: now + monitor.sampleInterval, reported: decision.report,
+            id: UUID().uuidString, threadID: threadID, key: current,
+            startedAt: Date(timeIntervalSinceNow: -busyFor.seconds), busySince: candidate.busySince,
+            mode: source.currentStallMode() ?? "?", phase: snapshot.phase, item: snapshot.item,
+            threadName: (threadID != 0 ? ProcessThreads.name(of: threadID) : nil) ?? snapshot.threadName ?? "?",
+            loopName: monitor.name(of: source), seenAt: candidate.seenAt, cpuAtSeen: candidate.cpuAtSeen,
+            lastCPU: (threadID != 0 ? ProcessThreads.cpuTime(of: threadID) : nil).map { ($0, ContinuousClock.now) },
+            sampler: sampler, nextSample: now + monitor.sampleInterval, reported: decision.report,
             suppressedSimilar: decision.suppressedBefore, signature: signature)
         if stall.reported && monitor.capturesAllThreads {
-            stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: loop.threadID)
+            stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: threadID)
         }
-        let first = report(stall, loop, now: now)
+        let first = report(stall, now: now)
         monitor.countStall(first, suppressed: !decision.report)
         if stall.reported { monitor.enqueue(.began, first, stall.sampler) }
         stall.nextSample = now + monitor.sampleInterval
@@ -523,19 +542,20 @@ private final class Worker: @unchecked Sendable {
     /// soon (a sanitizer defers signals) is listed with its error rather than delaying the report.
     static let allThreadsTimeout: Duration = .milliseconds(20)
 
-    func sample(_ stall: inout Stall, _ loop: RunLoop) -> Bool {
+    func sample(_ stall: inout Stall) -> Bool {
         guard stall.sampler.sample(timeout: captureTimeout) else { return false }
-        if let cpu = ProcessThreads.cpuTime(of: loop.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
+        if stall.threadID != 0, let cpu = ProcessThreads.cpuTime(of: stall.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
         return true
     }
 
-    func report(_ stall: Stall, _ loop: RunLoop, now: ContinuousClock.Instant, reason: StallReport.EndReason? = nil) -> StallReport {
+    func report(_ stall: Stall, now: ContinuousClock.Instant, reason: StallReport.EndReason? = nil) -> StallReport {
         // The CPU clock now, or at the last sample when the thread has exited since.
-        let reading = ProcessThreads.cpuTime(of: loop.threadID).map { ($0, ContinuousClock.now) } ?? stall.lastCPU
+        let current = stall.threadID != 0 ? ProcessThreads.cpuTime(of: stall.threadID) : nil
+        let reading = current.map { ($0, ContinuousClock.now) } ?? stall.lastCPU
         let cpu = reading.flatMap { reading in stall.cpuAtSeen.map { reading.0 - $0 } } ?? .zero
         let measuredOver = (reading?.1 ?? ContinuousClock.now) - stall.seenAt
         var report = StallReport(
-            id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: loop.threadID, mode: stall.mode,
+            id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: stall.threadID, mode: stall.mode,
             phase: stall.phase, startedAt: stall.startedAt, duration: now - stall.busySince, threadCPUTime: cpu,
             cpuMeasuredOver: measuredOver, stacks: [], sampleCount: stall.sampler.sampleCount,
             endReason: reason, suppressedSimilar: stall.suppressedSimilar,
@@ -547,15 +567,15 @@ private final class Worker: @unchecked Sendable {
     /// When the loop moved on, as the loop stamped it: the start of its sleep, or of the next
     /// pass's work; the monitor's own time only when the loop stamped nothing usable (it may look
     /// up to a sample interval late, or later when its thread waits for the CPU).
-    static func movedOnAt(_ snapshot: RunLoop.PhaseSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
-        let stamped = snapshot.phase == .waiting ? snapshot.since : snapshot.busySince
+    static func movedOnAt(_ snapshot: StallSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        let stamped = snapshot.activity == .idle ? snapshot.idleSince : snapshot.busySince
         guard let stamped, stamped > stall.busySince, stamped <= now else { return now }
         return stamped
     }
 
-    func finish(_ stall: inout Stall, _ loop: RunLoop, reason: StallReport.EndReason, at end: ContinuousClock.Instant? = nil) {
+    func finish(_ stall: inout Stall, reason: StallReport.EndReason, at end: ContinuousClock.Instant? = nil) {
         let now = end ?? ContinuousClock.now
-        let final = report(stall, loop, now: now, reason: reason)
+        let final = report(stall, now: now, reason: reason)
         if stall.reported {
             monitor.enqueue(.ended, final, stall.sampler)
         } else {

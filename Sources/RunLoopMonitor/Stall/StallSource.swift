@@ -1,0 +1,333 @@
+import CRunLoopMonitor
+import Dispatch
+import Glibc
+import RunLoopKit
+import Synchronization
+
+// What a StallMonitor watches: one thread that alternates between units of work and waiting.
+// RunLoopKit's loops publish that in two words the monitor reads (their phase and callout);
+// other loops publish it through a conformer of their own: SwiftNIO's event loops
+// (RunLoopMonitorNIO, from NIO's tick reports), a libdispatch queue (a heartbeat block), a thread
+// the application runs itself (ThreadStallSource, a hook it calls).
+
+/// Something a ``StallMonitor`` can watch: a thread that runs units of work (callouts, ticks,
+/// tasks) and waits between them.
+///
+/// The monitor calls ``stallSnapshot()`` on its sampling thread at every look (once per sample
+/// interval): it must be cheap, must not block, and must never wait for the watched thread. A
+/// stall is one unit of work (the same ``StallSnapshot/work`` and ``StallSnapshot/step``) seen
+/// busy for longer than the threshold; the monitor then samples the stack of
+/// ``StallSnapshot/threadID`` as it does for a RunLoopKit loop.
+public protocol StallSource: AnyObject, Sendable {
+    /// The name in reports, logs and metrics (the `loop` label) unless ``StallMonitor/watch(_:name:)``
+    /// gives one.
+    var stallSourceName: String { get }
+
+    /// What the watched thread is doing now. Sampling thread; cheap; never waits.
+    func stallSnapshot() -> StallSnapshot
+
+    /// Arranges for `ThreadStack.prepareCurrentThread()` to run on the watched thread, if the
+    /// source can run code there (a block, a task): a thread that inherited a mask blocking every
+    /// signal can then be sampled while it runs. Called once when watching starts.
+    func prepareForStallMonitoring()
+
+    /// The mode the thread runs in, for a stall's report (RunLoopKit loops); nil where there is
+    /// none. Called once when a stall begins.
+    func currentStallMode() -> String?
+}
+
+extension StallSource {
+    /// No modes.
+    public func currentStallMode() -> String? { nil }
+}
+
+/// What a watched thread is doing, as a ``StallSource`` sees it.
+public struct StallSnapshot: Sendable, Hashable {
+    /// Whether the thread is in a unit of work.
+    public enum Activity: Sendable, Hashable {
+        /// The loop is not running (a RunLoopKit loop between runs): not watched.
+        case notRunning
+        /// Waiting for work (asleep in the kernel, or between units).
+        case idle
+        /// In a unit of work.
+        case busy
+    }
+
+    /// Whether the thread is in a unit of work.
+    public var activity: Activity
+    /// The thread's kernel id; 0 while it is not known (a heartbeat never answered).
+    public var threadID: Int32
+    /// Changes whenever a new unit of work begins (a pass, a tick, a heartbeat answered).
+    public var work: UInt64
+    /// Changes between units of work inside one ``work`` (a callout of a pass); 0 if unused.
+    public var step: UInt32
+    /// When the current unit of work began, if the source stamps it.
+    public var busySince: ContinuousClock.Instant?
+    /// Whether ``busySince`` is exactly when the work began (a heartbeat's send time), not only a
+    /// stamp the monitor may improve on from its own looks.
+    public var busySinceIsExact: Bool
+    /// When the thread began to wait, if the source stamps it.
+    public var idleSince: ContinuousClock.Instant?
+    /// The phase of the work, for reports and the `phase` metric label (`tick`, `heartbeat`,
+    /// `timers`…).
+    public var phase: String
+    /// What runs, for ``StallReport/item``.
+    public var item: String
+    /// The thread's name when it is known to the source (otherwise read from the kernel).
+    public var threadName: String?
+    /// Whether the thread has exited (or its loop was shut down): the monitor forgets the source.
+    public var threadExited: Bool
+
+    /// A snapshot; see each property.
+    public init(
+        activity: Activity, threadID: Int32, work: UInt64, step: UInt32 = 0, busySince: ContinuousClock.Instant? = nil,
+        busySinceIsExact: Bool = false, idleSince: ContinuousClock.Instant? = nil, phase: String, item: String,
+        threadName: String? = nil, threadExited: Bool = false
+    ) {
+        self.activity = activity
+        self.threadID = threadID
+        self.work = work
+        self.step = step
+        self.busySince = busySince
+        self.busySinceIsExact = busySinceIsExact
+        self.idleSince = idleSince
+        self.phase = phase
+        self.item = item
+        self.threadName = threadName
+        self.threadExited = threadExited
+    }
+}
+
+// MARK: - RunLoopKit loops
+
+extension RunLoop: StallSource {
+    /// The loop's thread name.
+    public var stallSourceName: String { threadName }
+
+    /// The loop's phase and callout words (what it publishes anyway; reading them costs the loop
+    /// nothing).
+    public func stallSnapshot() -> StallSnapshot {
+        let snapshot = phaseSnapshot
+        let callout = calloutSnapshot
+        let activity: StallSnapshot.Activity =
+            switch snapshot.phase {
+            case .notRunning: .notRunning
+            case .waiting: .idle
+            default: .busy
+            }
+        return StallSnapshot(
+            activity: activity, threadID: threadID, work: snapshot.generation, step: callout.sequence,
+            busySince: snapshot.busySince, idleSince: snapshot.phase == .waiting ? snapshot.since : nil,
+            phase: snapshot.phase.description, item: callout.description, threadName: nil,
+            threadExited: hasThreadExited)
+    }
+
+    /// Performs `ThreadStack.prepareCurrentThread()` on the loop's thread at its next pass in a
+    /// common mode (before blocks performed after this call).
+    public func prepareForStallMonitoring() {
+        perform(inModes: [.common]) { ThreadStack.prepareCurrentThread() }
+    }
+
+    /// The loop's current mode.
+    public func currentStallMode() -> String? { currentMode?.rawValue }
+}
+
+// MARK: - Heartbeats
+
+/// A source for a queue or loop that can run a block but publishes nothing: the monitor sends it a
+/// heartbeat (a block) every `interval`, and the queue is busy from the moment a heartbeat is sent
+/// until it runs. The heartbeat finds the thread: the one that ran the last heartbeat is the one
+/// sampled during a stall.
+///
+/// What it sees is the queue's latency: a stall starts at most `interval` after the work that
+/// blocks the queue began (the next heartbeat is sent then), and is reported `threshold` after
+/// that; so within `threshold + interval` of its start. A queue that is merely backed up longer
+/// than `threshold` (many short blocks ahead of the heartbeat) is reported too: from outside, the
+/// two look alike. A queue that never answers, from its first heartbeat on, is reported as a stall
+/// whose report carries `ThreadStackError.threadUnknown` (no thread of it was ever seen).
+///
+/// - For libdispatch's main queue when no RunLoopKit loop drains it, and any serial
+///   `DispatchQueue`: ``init(queue:name:interval:)``. On a serial queue other than the main one,
+///   libdispatch may run consecutive blocks on different worker threads: the thread sampled is
+///   the one that ran the last heartbeat, so a stall's stack is right when the blocking block
+///   runs on that thread (always for the main queue; usually for a queue that is busy).
+/// - For SwiftNIO event loops whose group was made without RunLoopMonitorNIO's tick reports:
+///   RunLoopMonitorNIO makes heartbeat sources with `EventLoop.execute`.
+///
+/// The heartbeat costs the queue one block per `interval` (an allocation and a queue operation)
+/// and nothing between.
+public final class HeartbeatStallSource: StallSource {
+    /// How often a heartbeat is sent.
+    public let interval: Duration
+    /// The name given at init.
+    public let stallSourceName: String
+    private let send: @Sendable (@escaping @Sendable () -> Void) -> Bool
+    private let state = HeartbeatState()
+
+    /// A source that hands each heartbeat to `send`, which runs it on the watched queue and returns
+    /// true, or returns false when the queue is gone (its loop shut down): the monitor then forgets
+    /// the source.
+    ///
+    /// - Precondition: `interval` is positive.
+    public init(
+        name: String, interval: Duration = .milliseconds(100),
+        send: @escaping @Sendable (_ heartbeat: @escaping @Sendable () -> Void) -> Bool
+    ) {
+        fatalPrecondition(interval > .zero, "HeartbeatStallSource: interval must be positive (got \(interval))")
+        self.interval = min(interval, .seconds(86400))
+        self.stallSourceName = name
+        self.send = send
+    }
+
+    /// Sends a heartbeat when the last one was answered `interval` ago or more; busy while one is
+    /// outstanding.
+    public func stallSnapshot() -> StallSnapshot {
+        let now = RunLoop.nanoseconds(of: ContinuousClock.now)
+        let sent = state.sent.load(ordering: .acquiring)
+        let answered = state.answered.load(ordering: .acquiring)
+        let threadID = state.threadID.load(ordering: .relaxed)
+        if !state.gone.load(ordering: .relaxed), sent == answered,
+            now - state.answeredAt.load(ordering: .relaxed) >= interval.saturatedNanoseconds
+        {
+            sendHeartbeat(number: sent &+ 1, at: now)
+        }
+        let outstanding = state.sent.load(ordering: .acquiring) != state.answered.load(ordering: .acquiring)
+        let sentAt = state.sentAt.load(ordering: .relaxed)
+        return StallSnapshot(
+            activity: outstanding ? .busy : .idle, threadID: threadID, work: state.answered.load(ordering: .relaxed),
+            busySince: outstanding ? RunLoop.instant(ofNanoseconds: sentAt) : nil, busySinceIsExact: outstanding,
+            idleSince: RunLoop.instant(ofNanoseconds: state.answeredAt.load(ordering: .relaxed)),
+            phase: "heartbeat", item: outstanding ? "heartbeat \(sent) unanswered" : "", threadName: nil,
+            threadExited: state.gone.load(ordering: .relaxed) && !outstanding)
+    }
+
+    private func sendHeartbeat(number: UInt64, at now: Int64) {
+        state.sentAt.store(now, ordering: .relaxed)
+        state.sent.store(number, ordering: .releasing)
+        let state = self.state
+        let accepted = send {
+            let id = crlm_gettid()
+            if state.threadID.exchange(id, ordering: .relaxed) != id { ThreadStack.prepareCurrentThread() }
+            state.answeredAt.store(RunLoop.nanoseconds(of: ContinuousClock.now), ordering: .relaxed)
+            state.answered.store(number, ordering: .releasing)
+        }
+        if !accepted {
+            state.gone.store(true, ordering: .relaxed)
+            state.answered.store(number, ordering: .releasing)  // nothing outstanding on a queue that is gone
+        }
+    }
+
+    /// Heartbeats prepare the thread themselves.
+    public func prepareForStallMonitoring() {}
+}
+
+extension HeartbeatStallSource {
+    /// A heartbeat source for a serial `DispatchQueue` (the main queue included), named after the
+    /// queue's label unless `name` is given: each heartbeat is a `queue.async` block.
+    public convenience init(queue: DispatchQueue, name: String? = nil, interval: Duration = .milliseconds(100)) {
+        self.init(name: name ?? queue.label, interval: interval) { heartbeat in
+            queue.async(execute: heartbeat)
+            return true
+        }
+    }
+}
+
+/// A heartbeat's shared words: written by the monitor (sent) and by the watched queue (answered).
+private final class HeartbeatState: Sendable {
+    let sent = Atomic<UInt64>(0)
+    let sentAt = Atomic<Int64>(0)
+    let answered = Atomic<UInt64>(0)
+    let answeredAt = Atomic<Int64>(Int64.min / 2)
+    let threadID = Atomic<Int32>(0)
+    let gone = Atomic<Bool>(false)
+}
+
+// MARK: - A thread that reports its own work
+
+/// A source for a loop the application runs itself (a GLib main loop, a game loop, a worker that
+/// takes jobs from a queue): the loop calls ``begin(_:)`` when a unit of work starts and ``end()``
+/// when it waits again, or only ``beat()`` once per frame. Each call is a few atomic stores and a
+/// clock read: no allocation, no lock, no system call.
+///
+/// Made on the thread itself with ``current(name:)``, or from another thread with
+/// ``init(threadID:name:)`` (which checks that the thread exists).
+public final class ThreadStallSource: StallSource {
+    /// The watched thread's kernel id.
+    public let threadID: Int32
+    /// The name given at init.
+    public let stallSourceName: String
+    private let work = Atomic<UInt64>(0)
+    private let busy = Atomic<Bool>(false)
+    private let sinceNs = Atomic<Int64>(0)
+    private let itemStart = Atomic<UInt>(0)
+    private let itemLength = Atomic<Int>(0)
+
+    /// Why a source cannot be made.
+    public enum SourceError: Error, Sendable, Hashable, CustomStringConvertible {
+        /// No thread with this id exists in this process.
+        case noSuchThread(threadID: Int32)
+
+        /// In words.
+        public var description: String {
+            switch self {
+            case .noSuchThread(let id):
+                "no thread \(id) in this process (/proc/self/task/\(id) does not exist): it exited, or the id is another process's"
+            }
+        }
+    }
+
+    /// A source for thread `threadID` of this process (its kernel id, `gettid()`).
+    ///
+    /// - Throws: ``SourceError/noSuchThread(threadID:)`` when no such thread exists now.
+    public init(threadID: Int32, name: String) throws(SourceError) {
+        guard threadID > 0, ProcessThreads.exists(threadID) else { throw .noSuchThread(threadID: threadID) }
+        self.threadID = threadID
+        self.stallSourceName = name
+    }
+
+    /// A source for the calling thread, prepared for sampling (its capture signal unblocked).
+    public static func current(name: String) -> ThreadStallSource {
+        ThreadStack.prepareCurrentThread()
+        // The calling thread exists.
+        return try! ThreadStallSource(threadID: crlm_gettid(), name: name)
+    }
+
+    /// A unit of work named `item` begins on the thread. Call it on the watched thread.
+    public func begin(_ item: StaticString = "work") {
+        itemStart.store(UInt(bitPattern: item.utf8Start), ordering: .relaxed)
+        itemLength.store(item.utf8CodeUnitCount, ordering: .relaxed)
+        sinceNs.store(RunLoop.nanoseconds(of: ContinuousClock.now), ordering: .relaxed)
+        work.add(1, ordering: .relaxed)
+        busy.store(true, ordering: .releasing)
+    }
+
+    /// The unit of work ends; the thread waits. Call it on the watched thread.
+    public func end() {
+        sinceNs.store(RunLoop.nanoseconds(of: ContinuousClock.now), ordering: .relaxed)
+        busy.store(false, ordering: .releasing)
+    }
+
+    /// The thread is alive and starts its next unit of work (a frame): for a loop that never
+    /// waits, so only a frame that lasts longer than the threshold is a stall.
+    public func beat(_ item: StaticString = "frame") { begin(item) }
+
+    /// What the hooks published; the thread's exit is read from the kernel.
+    public func stallSnapshot() -> StallSnapshot {
+        let isBusy = busy.load(ordering: .acquiring)
+        let since = RunLoop.instant(ofNanoseconds: sinceNs.load(ordering: .relaxed))
+        let item: String
+        if isBusy, let start = UnsafePointer<UInt8>(bitPattern: itemStart.load(ordering: .relaxed)) {
+            item = String(decoding: UnsafeBufferPointer(start: start, count: itemLength.load(ordering: .relaxed)), as: UTF8.self)
+        } else {
+            item = ""
+        }
+        return StallSnapshot(
+            activity: isBusy ? .busy : .idle, threadID: threadID, work: work.load(ordering: .relaxed),
+            busySince: isBusy ? since : nil, idleSince: isBusy ? nil : since, phase: isBusy ? "callout" : "waiting",
+            item: item, threadExited: !ProcessThreads.exists(threadID))
+    }
+
+    /// Nothing to do: ``current(name:)`` prepared the thread; a thread named by id is sampled
+    /// while it is blocked in the kernel, and while it runs if it does not block the signal.
+    public func prepareForStallMonitoring() {}
+}
