@@ -14,6 +14,8 @@ let package = Package(
         // RunLoop as an OpenCombine scheduler and a timer publisher; built only with the
         // `OpenCombine` trait, so OpenCombine never enters RunLoopKit's build.
         .library(name: "RunLoopCombine", targets: ["RunLoopCombine"]),
+        // The stall monitor for SwiftNIO event loops; built only with the `SwiftNIO` trait.
+        .library(name: "RunLoopMonitorNIO", targets: ["RunLoopMonitorNIO"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
     ],
     // Integrations with foreign dependencies are traits, off by default: `swift build` and
@@ -22,6 +24,7 @@ let package = Package(
     // `--traits`. Their targets compile to nothing without the trait.
     traits: [
         .trait(name: "OpenCombine", description: "RunLoopCombine: RunLoop as an OpenCombine scheduler, a timer publisher."),
+        .trait(name: "SwiftNIO", description: "RunLoopMonitorNIO: the stall monitor on SwiftNIO event loops."),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -34,6 +37,8 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // Trait `OpenCombine` only.
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
+        // Trait `SwiftNIO` only.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // Linux system calls and headers Swift's Glibc module does not import
@@ -105,6 +110,29 @@ let package = Package(
                 "RunLoopCombine",
                 "RunLoopTesting",
                 .product(name: "OpenCombine", package: "OpenCombine", condition: .when(traits: ["OpenCombine"])),
+            ]
+        ),
+        // The stall monitor on SwiftNIO event loops (trait `SwiftNIO`): NIO's tick reports, or
+        // heartbeats, as stall sources.
+        .target(
+            name: "RunLoopMonitorNIO",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopMonitor",
+                "CRunLoopMonitor",
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+            ]
+        ),
+        .testTarget(
+            name: "RunLoopMonitorNIOTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopMonitor",
+                "RunLoopMonitorNIO",
+                "SharedTestSupport",
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
             ]
         ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).

@@ -12,7 +12,7 @@ extension RunLoop {
     /// its timers and before it sleeps; once it holds, the run stops. So it must become true
     /// through work the loop runs (a timer, a block, a source, a message): a change made by
     /// another thread is seen at the loop's next pass, which that thread can bring about with
-    /// ``RunLoop/wakeUp()``. If the mode has nothing to run (no timers, sources or blocks), this
+    /// `RunLoop.wakeUp()`. If the mode has nothing to run (no timers, sources or blocks), this
     /// returns at once with `condition()`: nothing could make it true, and it does not spin.
     ///
     /// <!-- snippet: prelude

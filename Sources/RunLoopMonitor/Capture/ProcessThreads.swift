@@ -3,9 +3,9 @@ import Glibc
 
 /// The process's threads as Linux shows them: ids (`/proc/self/task`), names (`comm`), per-thread
 /// CPU clocks, blocked signals and the system call a thread is blocked in.
-enum ProcessThreads {
+package enum ProcessThreads {
     /// The kernel ids of the process's threads now.
-    static func ids() -> [Int32] {
+    package static func ids() -> [Int32] {
         guard let directory = opendir("/proc/self/task") else { return [] }
         defer { closedir(directory) }
         var ids: [Int32] = []
@@ -20,27 +20,27 @@ enum ProcessThreads {
     }
 
     /// The calling thread's kernel id.
-    static var ownID: Int32 { crlm_gettid() }
+    package static var ownID: Int32 { crlm_gettid() }
 
     /// The thread's name (`/proc/self/task/<tid>/comm`), nil when the thread is gone.
-    static func name(of threadID: Int32) -> String? {
+    package static func name(of threadID: Int32) -> String? {
         guard let text = read("/proc/self/task/\(threadID)/comm") else { return nil }
         return text.hasSuffix("\n") ? String(text.dropLast()) : text
     }
 
     /// CPU time the thread has used (its thread CPU clock, nanosecond precision), nil when gone.
-    static func cpuTime(of threadID: Int32) -> Duration? {
+    package static func cpuTime(of threadID: Int32) -> Duration? {
         let ns = crlm_thread_cpu_ns(threadID)
         return ns < 0 ? nil : .nanoseconds(ns)
     }
 
     /// Whether the thread exists in this process.
-    static func exists(_ threadID: Int32) -> Bool {
+    package static func exists(_ threadID: Int32) -> Bool {
         access("/proc/self/task/\(threadID)", F_OK) == 0
     }
 
     /// Whether the thread blocks `signal` now (`SigBlk` of its status), nil when unknown.
-    static func blocks(signal: Int32, threadID: Int32) -> Bool? {
+    package static func blocks(signal: Int32, threadID: Int32) -> Bool? {
         guard let status = read("/proc/self/task/\(threadID)/status") else { return nil }
         for line in status.split(separator: "\n") where line.hasPrefix("SigBlk:") {
             guard let mask = UInt64(line.dropFirst(7).trimmingPrefix(while: { $0 == " " || $0 == "\t" }), radix: 16)
@@ -53,12 +53,12 @@ enum ProcessThreads {
     /// What `/proc/self/task/<tid>/syscall` shows: `running` while the thread runs, else the
     /// system call it is blocked in with its arguments, stack pointer and program counter. Two
     /// equal readings with no CPU used between them mean the thread did not move.
-    static func blockedCall(of threadID: Int32) -> String? {
+    package static func blockedCall(of threadID: Int32) -> String? {
         read("/proc/self/task/\(threadID)/syscall")
     }
 
     /// A small text file's contents (procfs files report size 0, so read until end of file).
-    static func read(_ path: String) -> String? {
+    package static func read(_ path: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }

@@ -159,23 +159,34 @@ extension RunLoop: StallSource {
 public final class HeartbeatStallSource: StallSource {
     /// How often a heartbeat is sent.
     public let interval: Duration
-    /// The name given at init.
-    public let stallSourceName: String
+    /// The name given at init or, without one, the name of the thread that ran the last heartbeat
+    /// (`"heartbeat"` before any ran).
+    public var stallSourceName: String {
+        if let name { return name }
+        let id = state.threadID.load(ordering: .relaxed)
+        return (id != 0 ? ProcessThreads.name(of: id) : nil) ?? "heartbeat"
+    }
+    private let name: String?
+    /// Whether the queue always runs on one thread (an event loop, the main queue): the source
+    /// then ends, as a loop's does, when that thread exits.
+    public let threadIsFixed: Bool
     private let send: @Sendable (@escaping @Sendable () -> Void) -> Bool
     private let state = HeartbeatState()
 
-    /// A source that hands each heartbeat to `send`, which runs it on the watched queue and returns
+    /// A source named `name` (nil: its thread's name) that hands each heartbeat to `send`, which runs it on the watched queue and returns
     /// true, or returns false when the queue is gone (its loop shut down): the monitor then forgets
-    /// the source.
+    /// the source. With `threadIsFixed`, the queue runs on one thread only (an event loop's), and
+    /// the source ends when that thread exits.
     ///
     /// - Precondition: `interval` is positive.
     public init(
-        name: String, interval: Duration = .milliseconds(100),
+        name: String?, interval: Duration = .milliseconds(100), threadIsFixed: Bool = false,
         send: @escaping @Sendable (_ heartbeat: @escaping @Sendable () -> Void) -> Bool
     ) {
         fatalPrecondition(interval > .zero, "HeartbeatStallSource: interval must be positive (got \(interval))")
         self.interval = min(interval, .seconds(86400))
-        self.stallSourceName = name
+        self.threadIsFixed = threadIsFixed
+        self.name = name
         self.send = send
     }
 
@@ -186,13 +197,24 @@ public final class HeartbeatStallSource: StallSource {
         let sent = state.sent.load(ordering: .acquiring)
         let answered = state.answered.load(ordering: .acquiring)
         let threadID = state.threadID.load(ordering: .relaxed)
+        if threadIsFixed, threadID != 0, !ProcessThreads.exists(threadID) {
+            state.gone.store(true, ordering: .relaxed)
+            return StallSnapshot(
+                activity: .idle, threadID: threadID, work: answered, phase: "heartbeat", item: "", threadExited: true)
+        }
+        // Two monitors may watch one source: only the one that moves `sent` on sends.
+        // The send time is stored first, so that a heartbeat is never seen outstanding with an
+        // older one's time (two monitors sending at once store about the same instant).
         if !state.gone.load(ordering: .relaxed), sent == answered,
             now - state.answeredAt.load(ordering: .relaxed) >= interval.saturatedNanoseconds
         {
-            sendHeartbeat(number: sent &+ 1, at: now)
+            state.sentAt.store(now, ordering: .releasing)
+            if state.sent.compareExchange(expected: sent, desired: sent &+ 1, ordering: .acquiringAndReleasing).exchanged {
+                sendHeartbeat(number: sent &+ 1)
+            }
         }
         let outstanding = state.sent.load(ordering: .acquiring) != state.answered.load(ordering: .acquiring)
-        let sentAt = state.sentAt.load(ordering: .relaxed)
+        let sentAt = state.sentAt.load(ordering: .acquiring)
         return StallSnapshot(
             activity: outstanding ? .busy : .idle, threadID: threadID, work: state.answered.load(ordering: .relaxed),
             busySince: outstanding ? RunLoop.instant(ofNanoseconds: sentAt) : nil, busySinceIsExact: outstanding,
@@ -201,9 +223,7 @@ public final class HeartbeatStallSource: StallSource {
             threadExited: state.gone.load(ordering: .relaxed) && !outstanding)
     }
 
-    private func sendHeartbeat(number: UInt64, at now: Int64) {
-        state.sentAt.store(now, ordering: .relaxed)
-        state.sent.store(number, ordering: .releasing)
+    private func sendHeartbeat(number: UInt64) {
         let state = self.state
         let accepted = send {
             let id = crlm_gettid()

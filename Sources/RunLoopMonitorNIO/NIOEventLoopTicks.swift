@@ -1,0 +1,193 @@
+#if SwiftNIO
+import CRunLoopMonitor
+public import NIOCore
+public import NIOPosix
+import RunLoopKit
+public import RunLoopMonitor
+import Synchronization
+
+// SwiftNIO's event loop thread alternates between waiting in epoll_wait, handling the I/O events
+// it got (where channel handlers run), and a tick (the tasks that are due); NIO reports the end of
+// each tick to a NIOEventLoopMetricsDelegate, on the loop's thread. What the monitor needs from
+// it: "the loop finished a tick at T" (a new unit of work from then on) and "the loop is waiting"
+// (its thread is parked in epoll_wait: read from the kernel by the monitor, not reported).
+
+/// A `NIOEventLoopMetricsDelegate` that publishes each event loop's ticks for a ``StallMonitor``:
+/// give it to the group when you make it, then watch the group with it.
+///
+/// ```swift
+/// let ticks = NIOEventLoopTicks()
+/// let group = MultiThreadedEventLoopGroup(numberOfThreads: 4, metricsDelegate: ticks)
+/// let monitor = StallMonitor(loops: [], threshold: .milliseconds(100))
+/// monitor.watch(group, ticks: ticks)
+/// monitor.start { event in print(event.report.summary) }
+/// ```
+///
+/// On the loop's thread, each tick costs a scan of at most `capacity` atomic words (to find the
+/// loop's slot), two atomic stores and no allocation, no lock, no clock read (NIO reads the clock
+/// for its delegate anyway). Loops beyond `capacity` are not watched through ticks (counted in
+/// ``overflowingTicks``); ``StallMonitor/watch(_:ticks:heartbeat:)`` watches them by heartbeats.
+public final class NIOEventLoopTicks: NIOEventLoopMetricsDelegate, Sendable {
+    /// How many event loops it has room for.
+    public let capacity: Int
+    let slots: [TickSlot]
+    private let overflow = Atomic<Int>(0)
+
+    /// Room for `capacity` event loops (at least the group's `numberOfThreads`).
+    ///
+    /// - Precondition: `capacity` is between 1 and 4096.
+    public init(capacity: Int = 64) {
+        fatalPrecondition((1...4096).contains(capacity), "NIOEventLoopTicks: capacity must be between 1 and 4096 (got \(capacity))")
+        self.capacity = capacity
+        slots = (0..<capacity).map { _ in TickSlot() }
+    }
+
+    /// Ticks reported by loops that found no free slot.
+    public var overflowingTicks: Int { overflow.load(ordering: .relaxed) }
+
+    /// NIO calls this on the loop's thread after each tick.
+    public func processedTick(info: NIOEventLoopTickInfo) {
+        let id = UInt(bitPattern: info.eventLoopID)
+        guard let slot = slot(for: id) else {
+            overflow.add(1, ordering: .relaxed)
+            return
+        }
+        if slot.threadID.load(ordering: .relaxed) == 0 { slot.threadID.store(crlm_gettid(), ordering: .relaxed) }
+        slot.lastTickEndNs.store(info.endTime.uptimeNanoseconds.clampedToInt64, ordering: .relaxed)
+        slot.ticks.add(1, ordering: .releasing)
+    }
+
+    /// The loop's slot, claimed on first use.
+    func slot(for id: UInt) -> TickSlot? {
+        for slot in slots {
+            let owner = slot.loopID.load(ordering: .acquiring)
+            if owner == id { return slot }
+            if owner == 0 {
+                let (exchanged, current) = slot.loopID.compareExchange(expected: 0, desired: id, ordering: .acquiringAndReleasing)
+                if exchanged || current == id { return slot }
+            }
+        }
+        return nil
+    }
+}
+
+/// One event loop's published ticks.
+final class TickSlot: Sendable {
+    /// The loop's `ObjectIdentifier`, as bits; 0 while free.
+    let loopID = Atomic<UInt>(0)
+    let ticks = Atomic<UInt64>(0)
+    /// NIO's clock (`NIODeadline.uptimeNanoseconds`: CLOCK_MONOTONIC) at the end of the last tick.
+    let lastTickEndNs = Atomic<Int64>(0)
+    let threadID = Atomic<Int32>(0)
+}
+
+extension UInt64 {
+    var clampedToInt64: Int64 { self > UInt64(Int64.max) ? Int64.max : Int64(self) }
+}
+
+/// An event loop watched through its ticks (see ``NIOEventLoopTicks``).
+///
+/// Busy while its thread is not parked in `epoll_wait` (read from `/proc/self/task/<tid>/syscall`
+/// by the monitor, once per look); a unit of work ends with each tick NIO reports. So a handler
+/// that blocks (in a `read`, a `usleep`, a long computation) is one stall, from the end of the
+/// previous tick to the next one; a loop that runs many short ticks is never stalled.
+public final class NIOEventLoopStallSource: StallSource {
+    /// The loop's thread name (`NIO-ELT-0-#1`), once known.
+    public var stallSourceName: String {
+        let id = threadID
+        return (id != 0 ? ProcessThreads.name(of: id) : nil) ?? "NIO event loop"
+    }
+    private let slot: TickSlot
+    private let prepared = Atomic<Bool>(false)
+    private let loop: any EventLoop
+
+    init(loop: any EventLoop, slot: TickSlot) {
+        self.loop = loop
+        self.slot = slot
+    }
+
+    /// The loop's thread's kernel id; 0 until its first tick or the monitor's first block ran.
+    public var threadID: Int32 { slot.threadID.load(ordering: .relaxed) }
+
+    /// NIO's ticks and where the kernel has the thread.
+    public func stallSnapshot() -> StallSnapshot {
+        let id = threadID
+        let ticks = slot.ticks.load(ordering: .acquiring)
+        guard id != 0 else {
+            return StallSnapshot(activity: .notRunning, threadID: 0, work: ticks, phase: "tick", item: "")
+        }
+        let call = crlm_blocked_syscall(id)
+        if call == Int(CRLM_THREAD_GONE) {
+            return StallSnapshot(activity: .idle, threadID: id, work: ticks, phase: "tick", item: "", threadExited: true)
+        }
+        let lastEnd = Self.instant(ofMonotonicNanoseconds: slot.lastTickEndNs.load(ordering: .relaxed))
+        let waiting = Self.waitCalls.contains(call)
+        return StallSnapshot(
+            activity: waiting ? .idle : .busy, threadID: id, work: ticks, busySince: lastEnd,
+            idleSince: waiting ? lastEnd : nil, phase: "tick", item: waiting ? "" : "event loop tick")
+    }
+
+    /// The system calls an idle event loop waits in (x86-64 and arm64 numbers).
+    static let waitCalls: Set<Int> = {
+        #if arch(x86_64)
+        [232, 281, 441]  // epoll_wait, epoll_pwait, epoll_pwait2
+        #else
+        [22, 441]  // epoll_pwait, epoll_pwait2
+        #endif
+    }()
+
+    /// `NIODeadline` nanoseconds (CLOCK_MONOTONIC) as an instant of the loop clock (the monitor's
+    /// `ContinuousClock`, CLOCK_BOOTTIME): the two differ by the time the machine was suspended,
+    /// read now.
+    static func instant(ofMonotonicNanoseconds ns: Int64) -> ContinuousClock.Instant? {
+        guard ns > 0 else { return nil }
+        let nowMonotonic = Int64(NIODeadline.now().uptimeNanoseconds.clampedToInt64)
+        return ContinuousClock.now - .nanoseconds(nowMonotonic - ns)
+    }
+
+    /// Runs `ThreadStack.prepareCurrentThread()` on the loop and records its thread id there.
+    public func prepareForStallMonitoring() {
+        guard !prepared.exchange(true, ordering: .relaxed) else { return }
+        let slot = self.slot
+        loop.execute {
+            slot.threadID.store(crlm_gettid(), ordering: .relaxed)
+            ThreadStack.prepareCurrentThread()
+        }
+    }
+}
+
+extension StallMonitor {
+    /// Watches every event loop of `group`: through `ticks` when the group was made with it as
+    /// its metrics delegate (``NIOEventLoopTicks``), or else by a heartbeat every `heartbeat`
+    /// (`EventLoop.execute`; see ``HeartbeatStallSource``: it sees a stall within threshold +
+    /// heartbeat). Returns the sources, one per loop. Any thread, before or after `start`; nothing
+    /// waits for the loops.
+    ///
+    /// Shutting the group down while it is watched is fine: each loop's thread exits, and the
+    /// monitor forgets its source (no stall is reported for the shutdown).
+    @discardableResult
+    public func watch(
+        _ group: MultiThreadedEventLoopGroup, ticks: NIOEventLoopTicks? = nil, heartbeat: Duration = .milliseconds(100)
+    ) -> [any StallSource] {
+        group.makeIterator().map { loop in watch(loop, ticks: ticks, heartbeat: heartbeat) }
+    }
+
+    /// Watches one event loop (see ``watch(_:ticks:heartbeat:)-(MultiThreadedEventLoopGroup,_,_)``).
+    @discardableResult
+    public func watch(_ loop: any EventLoop, ticks: NIOEventLoopTicks? = nil, heartbeat: Duration = .milliseconds(100)) -> any StallSource {
+        let id = UInt(bitPattern: ObjectIdentifier(loop))
+        let source: any StallSource
+        if let ticks, let slot = ticks.slot(for: id) {
+            source = NIOEventLoopStallSource(loop: loop, slot: slot)
+        } else {
+            source = HeartbeatStallSource(name: nil, interval: heartbeat, threadIsFixed: true) { beat in
+                loop.execute(beat)
+                return true
+            }
+        }
+        watch(source)
+        source.prepareForStallMonitoring()
+        return source
+    }
+}
+#endif

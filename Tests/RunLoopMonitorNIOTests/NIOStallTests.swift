@@ -1,0 +1,190 @@
+#if SwiftNIO
+import Glibc
+import NIOCore
+import NIOPosix
+import RunLoopKit
+import RunLoopMonitor
+import RunLoopMonitorNIO
+import SharedTestSupport
+import Synchronization
+import Testing
+
+/// Bounds on real time, as in RunLoopMonitorTests: looks every `interval`, heartbeats every
+/// `beat`, and up to `room` more on a loaded 2-core machine.
+private let threshold = Duration.milliseconds(100)
+private let interval = Duration.milliseconds(20)
+private let beat = Duration.milliseconds(30)
+private let room = Duration.milliseconds(300)
+
+/// A request handler that blocks its event loop in the kernel: the function reports must name.
+@inline(never)
+func nioTestBlockingHandler(for duration: Duration) {
+    let deadline = ContinuousClock.now + duration
+    while ContinuousClock.now < deadline {
+        var request = timespec(tv_sec: 0, tv_nsec: 10_000_000)
+        nanosleep(&request, nil)
+    }
+}
+
+/// A handler that keeps its event loop's CPU busy.
+@inline(never)
+func nioTestBusyHandler(for duration: Duration) -> Double {
+    let deadline = ContinuousClock.now + duration
+    var x = 1.0
+    while ContinuousClock.now < deadline {
+        for i in 0..<1000 { x = x * 1.000001 + Double(i & 7) }
+    }
+    return x
+}
+
+/// Events a monitor handed to its handler.
+final class Events: Sendable {
+    private let events = TestMonitor<[StallEvent]>([])
+    func append(_ event: StallEvent) { events.update { $0.append(event) } }
+    var all: [StallEvent] { events.read { $0 } }
+    func wait(for count: Int) -> [StallEvent] {
+        _ = events.wait(timeout: Sanitizers.any ? .seconds(180) : .seconds(20)) { $0.count >= count }
+        return all
+    }
+}
+
+@Suite(.serialized) struct NIOStallTests {
+    /// A loop blocked in a named function, watched through NIO's tick reports: the report names
+    /// the function, phase `tick`, the loop's thread name, the duration and low CPU.
+    @Test func aBlockedEventLoopIsReportedFromItsTicks() throws {
+        let ticks = NIOEventLoopTicks(capacity: 4)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: ticks)
+        defer { try? group.syncShutdownGracefully() }
+        let events = Events()
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        let sources = monitor.watch(group, ticks: ticks)
+        #expect(sources.count == 1)
+        #expect(sources.first is NIOEventLoopStallSource)
+        monitor.start { events.append($0) }
+        defer { monitor.stop() }
+        let loop = group.next()
+        try loop.submit {}.wait()  // the loop has ticked and its thread is known
+        loop.execute { nioTestBlockingHandler(for: .milliseconds(400)) }
+        let seen = events.wait(for: 2)
+        try #require(seen.count == 2)
+        let began = seen[0].report
+        let ended = seen[1].report
+        #expect(began.phase == "tick")
+        #expect(began.loop.hasPrefix("NIO-ELT-"), "\(began.loop)")
+        #expect(began.threadName.hasPrefix("NIO-ELT-"))
+        #expect(began.duration >= threshold)
+        #expect(began.duration <= threshold + interval + room, "began after \(began.duration)")
+        #expect(ended.endReason == .movedOn)
+        #expect(ended.stuckIn == "nioTestBlockingHandler(for:)", "\(ended.stacks.first?.frames.compactMap(\.symbol) ?? [])")
+        #expect(ended.duration >= .milliseconds(400) - interval - .milliseconds(150), "\(ended.duration)")
+        #expect(ended.duration <= .milliseconds(400) + interval + room, "\(ended.duration)")
+        #expect(ended.cpuRatio < 0.05)
+    }
+
+    /// A busy handler: high CPU, named.
+    @Test func aBusyEventLoopShowsItsCPU() throws {
+        let ticks = NIOEventLoopTicks(capacity: 4)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: ticks)
+        defer { try? group.syncShutdownGracefully() }
+        let events = Events()
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        monitor.watch(group, ticks: ticks)
+        monitor.start { events.append($0) }
+        defer { monitor.stop() }
+        try group.next().submit {}.wait()
+        group.next().execute { _ = nioTestBusyHandler(for: .milliseconds(400)) }
+        let seen = events.wait(for: 2)
+        try #require(seen.count == 2)
+        #expect(seen[1].report.stuckIn == "nioTestBusyHandler(for:)")
+        #expect(seen[1].report.cpuRatio > 0.1)
+    }
+
+    /// A loop busy with many short tasks (one every 0.5 ms, 0.2 ms of work each, for a second):
+    /// its ticks are short, so no stall. (This test waits the time out: it asserts an absence.)
+    @Test func aLoopBusyWithShortTasksIsNotStalled() throws {
+        let ticks = NIOEventLoopTicks(capacity: 4)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: ticks)
+        defer { try? group.syncShutdownGracefully() }
+        let events = Events()
+        let monitor = StallMonitor(loops: [], threshold: .milliseconds(300), sampleInterval: interval, backoff: .none, logger: nil)
+        monitor.watch(group, ticks: ticks)
+        monitor.start { events.append($0) }
+        let loop = group.next()
+        let count = Atomic(0)
+        let task = loop.scheduleRepeatedTask(initialDelay: .zero, delay: .microseconds(500)) { _ in
+            _ = nioTestBusyHandler(for: .microseconds(200))
+            count.add(1, ordering: .relaxed)
+        }
+        #expect(waitUntil(timeout: .seconds(60)) { count.load(ordering: .relaxed) >= 1000 })
+        task.cancel()
+        monitor.stop()
+        #expect(events.all.isEmpty, "\(events.all.map(\.report.item))")
+    }
+
+    /// A group made without tick reports is watched by heartbeats: a stall is found within
+    /// threshold + heartbeat interval, on the loop's thread, named.
+    @Test func theHeartbeatFallbackFindsAStall() throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        defer { try? group.syncShutdownGracefully() }
+        let events = Events()
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        let sources = monitor.watch(group, heartbeat: beat)
+        #expect(sources.count == 2)
+        #expect(sources.allSatisfy { $0 is HeartbeatStallSource })
+        monitor.start { events.append($0) }
+        defer { monitor.stop() }
+        // Both loops' threads are known once each answered a heartbeat.
+        #expect(waitUntil(timeout: .seconds(60)) { sources.allSatisfy { $0.stallSnapshot().threadID != 0 } })
+        group.next().execute { nioTestBlockingHandler(for: .milliseconds(400)) }
+        let seen = events.wait(for: 2)
+        try #require(seen.count == 2)
+        let began = seen[0].report
+        #expect(began.phase == "heartbeat")
+        #expect(began.loop.hasPrefix("NIO-ELT-"), "\(began.loop)")
+        #expect(began.duration <= threshold + beat + interval + room, "began after \(began.duration)")
+        #expect(seen[1].report.stuckIn == "nioTestBlockingHandler(for:)")
+    }
+
+    /// Shutting a watched group down: its loops are dropped from the watch list, with no stall
+    /// and no crash, whether watched through ticks or heartbeats.
+    @Test func aGroupShutDownWhileWatchedIsDropped() throws {
+        let ticks = NIOEventLoopTicks(capacity: 4)
+        let ticking = MultiThreadedEventLoopGroup(numberOfThreads: 2, metricsDelegate: ticks)
+        let beating = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let events = Events()
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        monitor.watch(ticking, ticks: ticks)
+        monitor.watch(beating, heartbeat: beat)
+        monitor.start { events.append($0) }
+        defer { monitor.stop() }
+        #expect(waitUntil(timeout: .seconds(60)) { monitor.watchedSources.allSatisfy { $0.stallSnapshot().threadID != 0 } })
+        try ticking.syncShutdownGracefully()
+        try beating.syncShutdownGracefully()
+        #expect(waitUntil(timeout: .seconds(60)) { monitor.watchedSources.isEmpty })
+        #expect(events.all.isEmpty, "\(events.all.map(\.report.item))")
+    }
+
+    /// Two monitors on one group both report its stall.
+    @Test func twoMonitorsOnOneGroup() throws {
+        let ticks = NIOEventLoopTicks(capacity: 4)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: ticks)
+        defer { try? group.syncShutdownGracefully() }
+        let first = Events()
+        let second = Events()
+        let monitors = [first, second].map { events in
+            let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+            monitor.watch(group, ticks: ticks)
+            monitor.start { events.append($0) }
+            return monitor
+        }
+        defer { monitors.forEach { $0.stop() } }
+        try group.next().submit {}.wait()
+        group.next().execute { nioTestBlockingHandler(for: .milliseconds(400)) }
+        for events in [first, second] {
+            let seen = events.wait(for: 2)
+            try #require(seen.count == 2)
+            #expect(seen[1].report.stuckIn == "nioTestBlockingHandler(for:)")
+        }
+    }
+}
+#endif
