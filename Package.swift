@@ -17,6 +17,7 @@ let package = Package(
         // The stall monitor for SwiftNIO event loops; built only with the `SwiftNIO` trait.
         .library(name: "RunLoopMonitorNIO", targets: ["RunLoopMonitorNIO"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
+        .executable(name: "stall-server", targets: ["stall-server"]),
     ],
     // Integrations with foreign dependencies are traits, off by default: `swift build` and
     // `swift test` build RunLoopKit and its own modules only; a user who wants one names the
@@ -39,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // Trait `SwiftNIO` only.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // Linux system calls and headers Swift's Glibc module does not import
@@ -124,6 +126,31 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
             ]
         ),
+        // An HTTP server on SwiftNIO watched by the monitor, with /metrics for Prometheus
+        // (.ci/stall-server-check drives it with wrk and a real Prometheus server).
+        .target(
+            name: "NIOStallServer",
+            dependencies: [
+                "RunLoopMonitor",
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["SwiftNIO"])),
+            ],
+            path: "Examples/NIOStallServer"
+        ),
+        .executableTarget(
+            name: "stall-server",
+            dependencies: [
+                "NIOStallServer",
+                "RunLoopMonitor",
+                "RunLoopMonitorNIO",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["SwiftNIO"])),
+            ],
+            path: "Examples/StallServer"
+        ),
         .testTarget(
             name: "RunLoopMonitorNIOTests",
             dependencies: [
@@ -162,6 +189,12 @@ let package = Package(
                 "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // Experiment 23 (a blocked NIO event loop), with the trait SwiftNIO only.
+                .target(name: "RunLoopMonitorNIO", condition: .when(traits: ["SwiftNIO"])),
+                .target(name: "NIOStallServer", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+                .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["SwiftNIO"])),
             ]
         ),
         // Test-only: stalls in a process of their own (a stall killed mid-way for the report store;

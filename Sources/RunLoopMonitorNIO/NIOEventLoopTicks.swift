@@ -12,21 +12,25 @@ import Synchronization
 // it: "the loop finished a tick at T" (a new unit of work from then on) and "the loop is waiting"
 // (its thread is parked in epoll_wait: read from the kernel by the monitor, not reported).
 
-/// A `NIOEventLoopMetricsDelegate` that publishes each event loop's ticks for a ``StallMonitor``:
+/// A `NIOEventLoopMetricsDelegate` that publishes each event loop's ticks for a `StallMonitor`:
 /// give it to the group when you make it, then watch the group with it.
 ///
+/// <!-- snippet: prelude
+/// import NIOPosix
+/// import RunLoopMonitor
+/// -->
 /// ```swift
 /// let ticks = NIOEventLoopTicks()
 /// let group = MultiThreadedEventLoopGroup(numberOfThreads: 4, metricsDelegate: ticks)
 /// let monitor = StallMonitor(loops: [], threshold: .milliseconds(100))
 /// monitor.watch(group, ticks: ticks)
-/// monitor.start { event in print(event.report.summary) }
+/// monitor.start { event in print(event.report.loop, event.report.duration, event.report.stuckIn ?? "?") }
 /// ```
 ///
 /// On the loop's thread, each tick costs a scan of at most `capacity` atomic words (to find the
 /// loop's slot), two atomic stores and no allocation, no lock, no clock read (NIO reads the clock
 /// for its delegate anyway). Loops beyond `capacity` are not watched through ticks (counted in
-/// ``overflowingTicks``); ``StallMonitor/watch(_:ticks:heartbeat:)`` watches them by heartbeats.
+/// ``overflowingTicks``); `StallMonitor.watch(_:ticks:heartbeat:)` watches them by heartbeats.
 public final class NIOEventLoopTicks: NIOEventLoopMetricsDelegate, Sendable {
     /// How many event loops it has room for.
     public let capacity: Int
@@ -159,7 +163,7 @@ public final class NIOEventLoopStallSource: StallSource {
 extension StallMonitor {
     /// Watches every event loop of `group`: through `ticks` when the group was made with it as
     /// its metrics delegate (``NIOEventLoopTicks``), or else by a heartbeat every `heartbeat`
-    /// (`EventLoop.execute`; see ``HeartbeatStallSource``: it sees a stall within threshold +
+    /// (`EventLoop.execute`; see `HeartbeatStallSource`: it sees a stall within threshold +
     /// heartbeat). Returns the sources, one per loop. Any thread, before or after `start`; nothing
     /// waits for the loops.
     ///

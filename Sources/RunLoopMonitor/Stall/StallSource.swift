@@ -266,7 +266,7 @@ private final class HeartbeatState: Sendable {
 
 /// A source for a loop the application runs itself (a GLib main loop, a game loop, a worker that
 /// takes jobs from a queue): the loop calls ``begin(_:)`` when a unit of work starts and ``end()``
-/// when it waits again, or only ``beat()`` once per frame. Each call is a few atomic stores and a
+/// when it waits again, or only ``beat(_:)`` once per frame. Each call is a few atomic stores and a
 /// clock read: no allocation, no lock, no system call.
 ///
 /// Made on the thread itself with ``current(name:)``, or from another thread with

@@ -59,5 +59,6 @@ enum Tour {
         BackgroundTimerWhileTracking(),
         URLConnectionThreads(),
         MainActorWhileTracking(),
+        BlockedNIOEventLoop(),
     ]
 }

@@ -1,0 +1,74 @@
+// An HTTP server on SwiftNIO whose event loops a StallMonitor watches: a normal endpoint, three
+// that block their event loop (each in a named function), /metrics in Prometheus's text format and
+// /stats with the monitor's own count. `.ci/stall-server-check` drives it with wrk and scrapes it
+// with a real Prometheus server; the lab's "blocked NIO event loop" experiment runs the same
+// handlers in-process.
+//
+//   stall-server --port 8080 [--threads 2] [--monitor on|off] [--reports DIR]
+//
+// GET /hello         "hello": the normal endpoint
+// GET /block/file    reads 96 MB from /dev/urandom synchronously on the event loop
+// GET /block/json    JSON-encodes 200,000 records on the event loop
+// GET /block/sleep   usleep(300 ms) on the event loop
+// GET /metrics       swift-metrics through swift-prometheus (the monitor's runloop_* metrics)
+// GET /stats         {"stalls": N, "byFunction": {...}}: what the monitor reported
+//
+// Each stall report is printed as one JSON line on standard output.
+#if SwiftNIO
+import Foundation
+import Metrics
+import NIOPosix
+import NIOStallServer
+import Prometheus
+import RunLoopMonitor
+import RunLoopMonitorNIO
+
+struct Options {
+    var port = 8080
+    var threads = 2
+    var monitor = true
+    var reports: String?
+
+    init(_ arguments: [String]) {
+        var iterator = arguments.dropFirst().makeIterator()
+        while let argument = iterator.next() {
+            switch argument {
+            case "--port": port = Int(iterator.next() ?? "") ?? port
+            case "--threads": threads = max(1, Int(iterator.next() ?? "") ?? threads)
+            case "--monitor": monitor = iterator.next() != "off"
+            case "--reports": reports = iterator.next()
+            default:
+                FileHandle.standardError.write(Data("stall-server: unknown argument \(argument)\n".utf8))
+                exit(2)
+            }
+        }
+    }
+}
+
+let options = Options(CommandLine.arguments)
+let registry = PrometheusCollectorRegistry()
+MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+let tally = Tally()
+let ticks = NIOEventLoopTicks()
+let group = options.monitor
+    ? MultiThreadedEventLoopGroup(numberOfThreads: options.threads, metricsDelegate: ticks)
+    : MultiThreadedEventLoopGroup(numberOfThreads: options.threads)
+var monitor: StallMonitor?
+if options.monitor {
+    let store = try options.reports.map { try StallReportStore(directory: URL(fileURLWithPath: $0)) }
+    let stallMonitor = StallMonitor(
+        loops: [], threshold: .milliseconds(100), sampleInterval: .milliseconds(20), backoff: .none, store: store, logger: nil)
+    stallMonitor.watch(group, ticks: ticks)
+    stallMonitor.start { event in
+        if case .began(let report) = event { tally.began(report) }
+        printReport(event)
+    }
+    monitor = stallMonitor
+}
+
+let server = try StallServer.start(group: group, port: options.port, registry: registry, tally: tally)
+FileHandle.standardError.write(Data("stall-server: listening on 127.0.0.1:\(options.port), \(options.threads) event loops, monitor \(options.monitor ? "on" : "off")\n".utf8))
+try server.channel.closeFuture.wait()
+#else
+print("stall-server needs the SwiftNIO trait: swift run --traits SwiftNIO stall-server")
+#endif
