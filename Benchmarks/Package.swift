@@ -7,7 +7,8 @@ import PackageDescription
 let package = Package(
     name: "RunLoopKitBenchmarks",
     dependencies: [
-        .package(name: "RunLoopKit", path: ".."),
+        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload).
+        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO"]),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
@@ -34,6 +35,7 @@ let package = Package(
                 "CBenchSupport",
                 .product(name: "RunLoopKit", package: "RunLoopKit"),
                 .product(name: "RunLoopMonitor", package: "RunLoopKit"),
+                .product(name: "RunLoopMonitorNIO", package: "RunLoopKit"),
                 .product(name: "RunLoopScheduling", package: "RunLoopKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -31,6 +31,7 @@ func workloads(full: Bool) -> [any Workload] {
         MainActorWorkload(),
         TicksWorkload(),
         ClockDeterminismWorkload(),
+        NIOTickWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)

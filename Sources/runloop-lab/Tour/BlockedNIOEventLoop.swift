@@ -14,10 +14,10 @@ import RunLoopMonitorNIO
 /// the heartbeat check NIO users run today. Needs the package trait SwiftNIO.
 struct BlockedNIOEventLoop: Experiment {
     let title = "A blocked NIO event loop: StallMonitor beside the heartbeat workaround"
-    let seed = Seed.cite(0, 4)
+    let seed = Seed.cite(0, 1, 4)
     let seedSays = """
-        Seeds 000/001 and 004 detect stalls (监控卡顿) of the main run loop with an observer and a \
-        semaphore watchdog, seed 004 with "80毫秒为卡顿阈值" (80 ms is the stall threshold); see \
+        Seeds 000/001 ("监控卡顿", monitoring stalls) and 004 detect stalls of the main run loop \
+        with an observer and a semaphore watchdog, seed 004 with "80毫秒为卡顿阈值" (80 ms is the stall threshold); see \
         experiment 8. They say nothing of servers, SwiftNIO or event loops: everything here is from \
         elsewhere — SwiftNIO's event loop and its NIOEventLoopMetricsDelegate, the heartbeat \
         workaround linked from apple/swift-nio#2410 (a task scheduled on each loop, its delay \
