@@ -192,4 +192,19 @@ extension Probes {
         say("reports: \(try! store.reports().map(\.id).joined(separator: ","))")
         say("unfinished: \(try! store.unfinished().map(\.id).joined(separator: ","))")
     }
+
+    /// Writes `count` `began` lines with ids `<tag>-<i>` to a store in `directory` that rotates
+    /// at 4 KiB and keeps 1000 files (so every line is kept): run by two processes at once, the
+    /// lines of both must all be there, whole. Prints "wrote N".
+    static func storeWrite(directory: String, count: Int, tag: String) {
+        let store = try! StallReportStore(directory: URL(fileURLWithPath: directory), maximumBytes: 4096, retainedFiles: 1000)
+        for index in 0..<count {
+            let report = StallReport(
+                id: "\(tag)-\(index)", processID: Int32.max, threadName: "t", threadID: 1, mode: "m", phase: "blocks",
+                startedAt: Date(), duration: .milliseconds(300), threadCPUTime: .zero, cpuMeasuredOver: .zero, stacks: [],
+                sampleCount: 0)
+            try! store.record(.began(report))
+        }
+        say("wrote \(count)")
+    }
 }

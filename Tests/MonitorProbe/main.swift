@@ -25,6 +25,8 @@
 //                     77 when it cannot).
 //   torn-write DIR    a store line cut short by RLIMIT_FSIZE, then an acknowledgement and a record;
 //                     prints the ids read back.
+//   store-write DIR N TAG  N began lines (ids TAG-0…) into a store rotating at 4 KiB, keeping 1000
+//                     files; two at once must leave every line whole.
 //   fork              running stall and CPU monitors, then fork(): the child stops both (which
 //                     must return at once: their threads are not in the child) and exits 0; the
 //                     parent prints the child's status, then stops its own monitors.
@@ -84,7 +86,9 @@ case "pidns":
     Probes.inNewPIDNamespace(Array(arguments.dropFirst(2)))
 case "torn-write":
     Probes.tornWrite(directory: arguments[2])
+case "store-write":
+    Probes.storeWrite(directory: arguments[2], count: Int(arguments[3])!, tag: arguments[4])
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | small-stack | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | small-stack | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR | store-write DIR N TAG\n".utf8))
     exit(2)
 }

@@ -29,7 +29,9 @@ import Synchronization
 /// with `O_APPEND`, so lines of several processes sharing the directory do not interleave, and a
 /// line is in the kernel's page cache, which survives the process's death, when `record` returns
 /// (call ``synchronize()`` to survive a power loss too). When the file passes ``maximumBytes`` it
-/// becomes `stalls.1.jsonl` (the previous one is dropped) and a new file starts.
+/// becomes `stalls.1.jsonl` (`stalls.1` becomes `stalls.2`, and so on; the files beyond
+/// ``retainedFiles`` are dropped) and a new file starts. Writers of several processes take turns
+/// on `stalls.lock` (`flock(2)`), so a rotation never races another process's write or rotation.
 ///
 /// A line cut short (the process killed mid-write, a disk full) is skipped by the readers, and the
 /// next write ends it first (a newline in the same `write`), so the lines after it are whole.
@@ -79,20 +81,33 @@ public final class StallReportStore: Sendable {
     /// The current file.
     public var fileURL: URL { directory.appendingPathComponent("stalls.jsonl") }
     /// The previous file, kept after a rotation.
-    public var previousFileURL: URL { directory.appendingPathComponent("stalls.1.jsonl") }
+    public var previousFileURL: URL { rotatedFileURL(1) }
+    /// The `n`th newest rotated file (`stalls.<n>.jsonl`; 1 is the previous one).
+    public func rotatedFileURL(_ n: Int) -> URL { directory.appendingPathComponent("stalls.\(n).jsonl") }
     /// The size past which the file is rotated.
     public let maximumBytes: Int
+    /// How many rotated files are kept (`stalls.1.jsonl` … `stalls.<retainedFiles>.jsonl`); the
+    /// oldest is dropped at a rotation.
+    public let retainedFiles: Int
+    /// The lock file that serializes writers of several processes (`flock(2)`).
+    var lockFileURL: URL { directory.appendingPathComponent("stalls.lock") }
 
     private let lock = Mutex(())
 
     /// A store in `directory`, made if missing (mode 0700; missing parents as `FileManager`
-    /// makes them).
+    /// makes them), whose file is rotated past `maximumBytes` (at least 4 KiB), keeping
+    /// `retainedFiles` rotated files (0 to 1000; 0 keeps none).
+    ///
+    /// Several processes may share the directory: each write, and each rotation, holds an
+    /// exclusive `flock(2)` on `stalls.lock` in it, so that no line is split, interleaved or lost
+    /// to two processes rotating at once.
     ///
     /// - Throws: ``StoreError`` when the directory is not the process's effective user's or others
     ///   can write it; the error of creating it.
-    public init(directory: URL, maximumBytes: Int = 8 << 20) throws {
+    public init(directory: URL, maximumBytes: Int = 8 << 20, retainedFiles: Int = 1) throws {
         self.directory = directory
         self.maximumBytes = max(4096, maximumBytes)
+        self.retainedFiles = min(max(0, retainedFiles), 1000)
         _ = try prepareDirectory(creating: true)
     }
 
@@ -194,11 +209,12 @@ public final class StallReportStore: Sendable {
             // Checked at each write: the directory may have been removed (made again here) or
             // opened up since.
             _ = try prepareDirectory(creating: true)
+            let lock = try lockAcross(processes: LOCK_EX)
+            defer { close(lock) }
             var fd = try openFile(fileURL, writing: true)!
             if Self.size(of: fd) > maximumBytes {
                 close(fd)
-                // rename(2) moves a symlink itself, never what it points to.
-                rename(fileURL.path, previousFileURL.path)
+                rotate()
                 fd = try openFile(fileURL, writing: true)!
             }
             defer { close(fd) }
@@ -217,6 +233,37 @@ public final class StallReportStore: Sendable {
                 }
             }
         }
+    }
+
+    /// Shifts the rotated files up by one (dropping the oldest kept) and makes the current file
+    /// the previous one. Under the lock across processes. rename(2) moves a symlink itself, never
+    /// what it points to.
+    private func rotate() {
+        guard retainedFiles > 0 else {
+            unlink(fileURL.path)
+            return
+        }
+        unlink(rotatedFileURL(retainedFiles).path)
+        if retainedFiles > 1 {
+            for n in stride(from: retainedFiles - 1, through: 1, by: -1) {
+                rename(rotatedFileURL(n).path, rotatedFileURL(n + 1).path)
+            }
+        }
+        rename(fileURL.path, previousFileURL.path)
+    }
+
+    /// Opens the lock file (checked as the store's files are) and takes `operation` (`LOCK_EX`,
+    /// `LOCK_SH`) on it, waiting for other processes; returns the descriptor, which the caller
+    /// closes to let go.
+    private func lockAcross(processes operation: Int32) throws -> Int32 {
+        let fd = try openFile(lockFileURL, writing: true)!
+        while flock(fd, operation) != 0 {
+            if errno == EINTR { continue }
+            let error = Self.posixError()
+            close(fd)
+            throw error
+        }
+        return fd
     }
 
     /// Makes the directory if it is missing and `creating`, then checks it (see ``StoreError``).
@@ -313,7 +360,12 @@ public final class StallReportStore: Sendable {
         var lines: [Line] = []
         let files = try lock.locked { _ -> [[UInt8]] in
             guard try prepareDirectory(creating: false) else { return [] }
-            return try [previousFileURL, fileURL].compactMap { try read($0) }
+            // Shared with other readers, exclusive of writers; a directory this process cannot
+            // write (a reader's) is read without it.
+            let lock = try? lockAcross(processes: LOCK_SH)
+            defer { if let lock { close(lock) } }
+            let rotated = stride(from: retainedFiles, through: 1, by: -1).map(rotatedFileURL)
+            return try (rotated + [fileURL]).compactMap { try read($0) }
         }
         for data in files {
             // A line cut short by a crash mid-write is skipped, not fatal.
