@@ -48,7 +48,9 @@ final class Events: Sendable {
     }
 }
 
-@Suite(.serialized) struct NIOStallTests {
+/// Exclusive of the monitor suites (it times monitors and captures stacks) and of the robustness
+/// ones (its event loop groups open descriptors and threads, which those count exactly).
+@Suite(.serialized, .exclusive(.monitor), .exclusive(.robustness)) struct NIOStallTests {
     /// A loop blocked in a named function, watched through NIO's tick reports: the report names
     /// the function, phase `tick`, the loop's thread name, the duration and low CPU.
     @Test func aBlockedEventLoopIsReportedFromItsTicks() throws {

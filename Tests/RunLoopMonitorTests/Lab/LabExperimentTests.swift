@@ -16,10 +16,10 @@ struct LabExperimentTests {
     @Test func listNamesTheSeedOfEveryExperiment() throws {
         let list = try runProbe("runloop-lab", ["list"])
         let entries = list.stdout.split(separator: "\n").filter { $0.first?.isNumber == true }
-        #expect(entries.count == 22)
+        #expect(entries.count == 23)
         // Each names its seed article(s) by file name, e.g. `(seed 004_a8b090316d53f601.txt)`.
         #expect(entries.allSatisfy { $0.contains("(seed") && $0.contains(".txt") })
-        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 22)
+        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 23)
     }
 
     @Test func gcdTimerFiresWhileTrackingAndTheDefaultLoopTimerDoesNot() throws {
@@ -41,6 +41,20 @@ struct LabExperimentTests {
         #expect(frames[0] == 0)  // Foundation: .tracking is not common
         #expect(frames[1] == 0)  // the main queue, nested in one of its blocks
         #expect(frames[2] >= 3)  // RunLoop.main as the main actor's executor
+    }
+
+    /// Experiment 23: with the trait SwiftNIO, the monitor names the blocking handler beside the
+    /// heartbeat's lateness; without it, the lab says how to get it.
+    @Test func aBlockedNIOEventLoopIsNamedByTheMonitorOnly() throws {
+        let out = try tour(23)
+        #if SwiftNIO
+        #expect(out.contains("GET /block/sleep"), "\(out)")
+        #expect(out.contains("stuck in handleSleep()"), "\(out)")
+        #expect(out.contains("phase tick"))
+        #expect(out.contains("heartbeat") && out.contains("ms late"), "\(out)")
+        #else
+        #expect(out.contains("This experiment needs SwiftNIO"), "\(out)")
+        #endif
     }
 
     @Test func performAfterNeedsTheLoopToRun() throws {
