@@ -121,7 +121,6 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
-                "CRunLoopMonitor",
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
             ]

@@ -1,5 +1,4 @@
 #if SwiftNIO
-import CRunLoopMonitor
 public import NIOCore
 public import NIOPosix
 import RunLoopKit
@@ -63,7 +62,7 @@ public final class NIOEventLoopTicks: NIOEventLoopMetricsDelegate, Sendable {
             overflow.add(1, ordering: .relaxed)
             return
         }
-        if slot.threadID.load(ordering: .relaxed) == 0 { slot.threadID.store(crlm_gettid(), ordering: .relaxed) }
+        if slot.threadID.load(ordering: .relaxed) == 0 { slot.threadID.store(ProcessThreads.ownID, ordering: .relaxed) }
         slot.lastTickEndNs.store(endUptimeNanoseconds.clampedToInt64, ordering: .relaxed)
         slot.ticks.add(1, ordering: .releasing)
     }
@@ -127,12 +126,12 @@ public final class NIOEventLoopStallSource: StallSource {
         guard id != 0 else {
             return StallSnapshot(activity: .notRunning, threadID: 0, work: ticks, phase: "tick", item: "")
         }
-        let call = crlm_blocked_syscall(id)
-        if call == Int(CRLM_THREAD_GONE) {
+        let state = ProcessThreads.kernelState(of: id)
+        if state == .gone {
             return StallSnapshot(activity: .idle, threadID: id, work: ticks, phase: "tick", item: "", threadExited: true)
         }
         let lastEnd = Self.instant(ofMonotonicNanoseconds: slot.lastTickEndNs.load(ordering: .relaxed))
-        let waiting = Self.waitCalls.contains(call)
+        let waiting = if case .blocked(let call) = state { Self.waitCalls.contains(call) } else { false }
         return StallSnapshot(
             activity: waiting ? .idle : .busy, threadID: id, work: ticks, busySince: lastEnd,
             idleSince: waiting ? lastEnd : nil, phase: "tick", item: waiting ? "" : "event loop tick")
@@ -161,7 +160,7 @@ public final class NIOEventLoopStallSource: StallSource {
         guard !prepared.exchange(true, ordering: .relaxed) else { return }
         let slot = self.slot
         loop.execute {
-            slot.threadID.store(crlm_gettid(), ordering: .relaxed)
+            slot.threadID.store(ProcessThreads.ownID, ordering: .relaxed)
             ThreadStack.prepareCurrentThread()
         }
     }

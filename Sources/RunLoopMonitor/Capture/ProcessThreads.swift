@@ -57,6 +57,24 @@ package enum ProcessThreads {
         read("/proc/self/task/\(threadID)/syscall")
     }
 
+    /// Where the kernel has a thread now.
+    package enum KernelState: Equatable {
+        /// The thread does not exist.
+        case gone
+        /// It runs (or is ready to).
+        case running
+        /// It is blocked in system call `number` (-1: parked outside one).
+        case blocked(number: Int)
+    }
+
+    /// Where the kernel has thread `threadID` now (`/proc/self/task/<tid>/syscall`).
+    package static func kernelState(of threadID: Int32) -> KernelState {
+        let value = crlm_blocked_syscall(threadID)
+        if value == Int(CRLM_THREAD_GONE) { return .gone }
+        if value == Int(CRLM_THREAD_RUNNING) { return .running }
+        return .blocked(number: value)
+    }
+
     /// A small text file's contents (procfs files report size 0, so read until end of file).
     package static func read(_ path: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
