@@ -431,10 +431,20 @@ static bool read_parked_state(pid_t tid, parked_state *state) {
     return true;
 }
 
-long crlm_blocked_syscall(pid_t tid) {
+long crlm_blocked_syscall(pid_t tid, uint64_t *first_argument) {
     parked_state state;
-    if (!read_parked_state(tid, &state)) return CRLM_THREAD_GONE;
-    return state.running ? CRLM_THREAD_RUNNING : state.number;
+    *first_argument = 0;
+    if (!read_parked_state(tid, &state)) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+        return access(path, F_OK) != 0 && errno == ENOENT ? CRLM_THREAD_GONE : CRLM_THREAD_UNKNOWN;
+    }
+    if (state.running) return CRLM_THREAD_RUNNING;
+    // "NR a1 …": the first argument follows the number.
+    char *cursor = state.text;
+    strtol(cursor, &cursor, 10);
+    *first_argument = strtoull(cursor, NULL, 0);
+    return state.number;
 }
 
 /// A copy of a parked thread's stack from its sp up, page by page so that the read ends at the

@@ -1,6 +1,7 @@
 #if SwiftNIO
 public import NIOCore
 public import NIOPosix
+import Glibc
 import RunLoopKit
 public import RunLoopMonitor
 import Synchronization
@@ -62,7 +63,13 @@ public final class NIOEventLoopTicks: NIOEventLoopMetricsDelegate, Sendable {
             overflow.add(1, ordering: .relaxed)
             return
         }
-        if slot.threadID.load(ordering: .relaxed) == 0 { slot.threadID.store(ProcessThreads.ownID, ordering: .relaxed) }
+        // The thread, by its pthread_t (a TLS read): a slot reused by a new loop at a freed loop's
+        // address gets its own thread's id, with one gettid() when the thread changes.
+        let thread = UInt(pthread_self())
+        if slot.pthread.load(ordering: .relaxed) != thread {
+            slot.threadID.store(ProcessThreads.ownID, ordering: .relaxed)
+            slot.pthread.store(thread, ordering: .relaxed)
+        }
         slot.lastTickEndNs.store(endUptimeNanoseconds.clampedToInt64, ordering: .relaxed)
         slot.ticks.add(1, ordering: .releasing)
     }
@@ -89,6 +96,12 @@ final class TickSlot: Sendable {
     /// NIO's clock (`NIODeadline.uptimeNanoseconds`: CLOCK_MONOTONIC) at the end of the last tick.
     let lastTickEndNs = Atomic<Int64>(0)
     let threadID = Atomic<Int32>(0)
+    /// The thread's pthread_t, to notice a new thread cheaply.
+    let pthread = Atomic<UInt>(0)
+    /// The loop's own epoll descriptor, learnt by the monitor (+1; 0 while unknown).
+    let epollDescriptor = Atomic<UInt64>(0)
+    /// The one source made for this loop (several `watch` calls share it).
+    let source = Mutex<NIOEventLoopStallSource?>(nil)
 }
 
 extension UInt64 {
@@ -97,10 +110,15 @@ extension UInt64 {
 
 /// An event loop watched through its ticks (see ``NIOEventLoopTicks``).
 ///
-/// Busy while its thread is not parked in `epoll_wait` (read from `/proc/self/task/<tid>/syscall`
-/// by the monitor, once per look); a unit of work ends with each tick NIO reports. So a handler
-/// that blocks (in a `read`, a `usleep`, a long computation) is one stall, from the end of the
-/// previous tick to the next one; a loop that runs many short ticks is never stalled.
+/// Busy while its thread is not parked in its own `epoll_wait` (read from
+/// `/proc/self/task/<tid>/syscall` by the monitor, once per look; a handler waiting in an epoll set
+/// of its own counts as busy); a unit of work ends with each tick NIO reports. So a handler that
+/// blocks (in a `read`, a `usleep`, a long computation) is one stall, timed from the last look that
+/// saw the loop waiting to the next tick; a loop whose ticks are short is never stalled. One tick
+/// runs every task that is ready, so a stream of short tasks that keeps it going longer than the
+/// threshold (tasks queued from other threads as fast as the loop runs them) is one stall too: the
+/// loop answers nothing else meanwhile. A loop the kernel's file cannot be read for (no descriptor
+/// left) is taken as waiting while that lasts.
 public final class NIOEventLoopStallSource: StallSource {
     /// The loop's thread name (`NIO-ELT-0-#1`), once known.
     public var stallSourceName: String {
@@ -131,18 +149,36 @@ public final class NIOEventLoopStallSource: StallSource {
             return StallSnapshot(activity: .idle, threadID: id, work: ticks, phase: "tick", item: "", threadExited: true)
         }
         let lastEnd = Self.instant(ofMonotonicNanoseconds: slot.lastTickEndNs.load(ordering: .relaxed))
-        let waiting = if case .blocked(let call) = state { Self.waitCalls.contains(call) } else { false }
+        let waiting: Bool
+        switch state {
+        case .blocked(let call, let descriptor) where Self.waitCalls.contains(call):
+            // Waiting in the loop's own epoll set, not in one a handler waits on (a nested
+            // CFRunLoop or RunLoopKit run, a library's own poller): the first set the loop is
+            // seen waiting in is taken for its own (it is, unless a handler waits in epoll
+            // before the monitor ever saw the loop idle).
+            let known = slot.epollDescriptor.load(ordering: .relaxed)
+            if known == 0 { slot.epollDescriptor.store(descriptor &+ 1, ordering: .relaxed) }
+            waiting = known == 0 || known == descriptor &+ 1
+        case .unknown:
+            // The kernel's file cannot be read now (no descriptor left): no judgement, no stall.
+            waiting = true
+        default:
+            waiting = false
+        }
         return StallSnapshot(
             activity: waiting ? .idle : .busy, threadID: id, work: ticks, busySince: lastEnd,
             idleSince: waiting ? lastEnd : nil, phase: "tick", item: waiting ? "" : "event loop tick")
     }
 
-    /// The system calls an idle event loop waits in (x86-64 and arm64 numbers).
+    /// The system calls an idle event loop waits in, on this architecture; empty where they are
+    /// not known here (the loops are then watched by heartbeats).
     static let waitCalls: Set<Int> = {
         #if arch(x86_64)
         [232, 281, 441]  // epoll_wait, epoll_pwait, epoll_pwait2
-        #else
+        #elseif arch(arm64)
         [22, 441]  // epoll_pwait, epoll_pwait2
+        #else
+        []
         #endif
     }()
 
@@ -174,7 +210,11 @@ extension StallMonitor {
     /// waits for the loops.
     ///
     /// Shutting the group down while it is watched is fine: each loop's thread exits, and the
-    /// monitor forgets its source (no stall is reported for the shutdown).
+    /// monitor forgets its source (no stall is reported for the shutdown). With heartbeats, a
+    /// heartbeat sent in the moment between a loop's close and its thread's exit makes NIO print
+    /// "Cannot schedule tasks on an EventLoop that has already shut down" (a crash under
+    /// `SWIFTNIO_STRICT`): unwatch the group's sources (`StallMonitor.unwatch(_:)`) before
+    /// shutting it down to avoid it.
     @discardableResult
     public func watch(
         _ group: MultiThreadedEventLoopGroup, ticks: NIOEventLoopTicks? = nil, heartbeat: Duration = .milliseconds(100)
@@ -187,8 +227,15 @@ extension StallMonitor {
     public func watch(_ loop: any EventLoop, ticks: NIOEventLoopTicks? = nil, heartbeat: Duration = .milliseconds(100)) -> any StallSource {
         let id = UInt(bitPattern: ObjectIdentifier(loop))
         let source: any StallSource
-        if let ticks, let slot = ticks.slot(for: id) {
-            source = NIOEventLoopStallSource(loop: loop, slot: slot)
+        if let ticks, !NIOEventLoopStallSource.waitCalls.isEmpty, let slot = ticks.slot(for: id) {
+            // One source per loop, however many times it is watched (the monitor watches a source
+            // once; two monitors share it).
+            source = slot.source.withLock { made in
+                if let made { return made }
+                let new = NIOEventLoopStallSource(loop: loop, slot: slot)
+                made = new
+                return new
+            }
         } else {
             source = HeartbeatStallSource(name: nil, interval: heartbeat, threadIsFixed: true) { beat in
                 loop.execute(beat)

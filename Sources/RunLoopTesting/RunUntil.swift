@@ -32,11 +32,16 @@ extension RunLoop {
     @discardableResult
     public func run(mode: Mode = .default, timeout: Duration, until condition: () -> Bool) -> Bool {
         if condition() { return true }
-        let deadline = ContinuousClock.now.advanced(by: timeout)
+        // A year at most: an instant plus a larger duration would overflow.
+        let deadline = ContinuousClock.now.advanced(by: min(max(timeout, .zero), .seconds(365 * 86400)))
+        // The run this call makes is one level deeper than the caller's: its observer stops that
+        // run only, never one nested inside it by a callout (which has its own condition).
+        let depth = runDepth + 1
         return withoutActuallyEscaping(condition) { condition in
             let check = ConditionCheck(condition)
             let observer = RunLoopObserver(activities: [.beforeTimers, .beforeWaiting]) { _, _ in
-                if check.holds() { RunLoop.current.stop() }
+                let loop = RunLoop.current
+                if loop.runDepth == depth, check.holds() { loop.stop() }
             }
             add(observer, forMode: mode)
             defer { observer.invalidate() }
@@ -44,11 +49,8 @@ extension RunLoop {
                 let remaining = ContinuousClock.now.duration(to: deadline)
                 let result = run(mode: mode, for: max(remaining, .zero))
                 if condition() { return true }
-                switch result {
-                case .finished: return false
-                case .timedOut where ContinuousClock.now >= deadline: return false
-                default: continue  // stopped by another caller, or a source handled
-                }
+                if result == .finished || ContinuousClock.now >= deadline { return false }
+                // Stopped by another caller, or a source handled: run again until the deadline.
             }
         }
     }

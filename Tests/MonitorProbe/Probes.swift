@@ -197,7 +197,7 @@ extension Probes {
     /// at 4 KiB and keeps 1000 files (so every line is kept): run by two processes at once, the
     /// lines of both must all be there, whole. Prints "wrote N".
     static func storeWrite(directory: String, count: Int, tag: String) {
-        let store = try! StallReportStore(directory: URL(fileURLWithPath: directory), maximumBytes: 4096, retainedFiles: 1000)
+        let store = try! StallReportStore(directory: URL(fileURLWithPath: directory), maximumBytes: 4096, retainedFiles: 100)
         for index in 0..<count {
             let report = StallReport(
                 id: "\(tag)-\(index)", processID: Int32.max, threadName: "t", threadID: 1, mode: "m", phase: "blocks",

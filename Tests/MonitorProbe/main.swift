@@ -25,7 +25,7 @@
 //                     77 when it cannot).
 //   torn-write DIR    a store line cut short by RLIMIT_FSIZE, then an acknowledgement and a record;
 //                     prints the ids read back.
-//   store-write DIR N TAG  N began lines (ids TAG-0…) into a store rotating at 4 KiB, keeping 1000
+//   store-write DIR N TAG  N began lines (ids TAG-0…) into a store rotating at 4 KiB, keeping 100
 //                     files; two at once must leave every line whole.
 //   fork              running stall and CPU monitors, then fork(): the child stops both (which
 //                     must return at once: their threads are not in the child) and exits 0; the

@@ -44,12 +44,14 @@ enum {
 /// ``crlm_capture`` by the caller. `*syscall_number` is the call (-1: parked outside one).
 int crlm_capture_parked(pid_t tid, uint64_t *frames, int capacity, int *count, long *syscall_number);
 
-enum { CRLM_THREAD_GONE = -2, CRLM_THREAD_RUNNING = -3 };
+enum { CRLM_THREAD_GONE = -2, CRLM_THREAD_RUNNING = -3, CRLM_THREAD_UNKNOWN = -4 };
 
-/// The system call thread `tid` is blocked in now (`/proc/self/task/TID/syscall`): its number,
-/// -1 when it is parked outside one, CRLM_THREAD_RUNNING while it runs, CRLM_THREAD_GONE when it
-/// does not exist. Not async-signal-safe (it opens a file).
-long crlm_blocked_syscall(pid_t tid);
+/// The system call thread `tid` is blocked in now (`/proc/self/task/TID/syscall`): its number
+/// (and its first argument in `*first_argument`), -1 when it is parked outside one,
+/// CRLM_THREAD_RUNNING while it runs, CRLM_THREAD_GONE when the thread does not exist,
+/// CRLM_THREAD_UNKNOWN when the file cannot be read (no descriptor left, no such file in this
+/// kernel). Not async-signal-safe (it opens a file).
+long crlm_blocked_syscall(pid_t tid, uint64_t *first_argument);
 
 /// Whether ``crlm_capture_parked`` can work here (after ``crlm_install``).
 bool crlm_parked_walk_available(void);

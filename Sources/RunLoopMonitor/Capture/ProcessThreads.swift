@@ -63,16 +63,21 @@ package enum ProcessThreads {
         case gone
         /// It runs (or is ready to).
         case running
-        /// It is blocked in system call `number` (-1: parked outside one).
-        case blocked(number: Int)
+        /// It is blocked in system call `number` (-1: parked outside one), whose first argument
+        /// is `firstArgument`.
+        case blocked(number: Int, firstArgument: UInt64)
+        /// The kernel's file could not be read (no descriptor left; no such file here).
+        case unknown
     }
 
     /// Where the kernel has thread `threadID` now (`/proc/self/task/<tid>/syscall`).
     package static func kernelState(of threadID: Int32) -> KernelState {
-        let value = crlm_blocked_syscall(threadID)
+        var argument: UInt64 = 0
+        let value = crlm_blocked_syscall(threadID, &argument)
         if value == Int(CRLM_THREAD_GONE) { return .gone }
         if value == Int(CRLM_THREAD_RUNNING) { return .running }
-        return .blocked(number: value)
+        if value == Int(CRLM_THREAD_UNKNOWN) { return .unknown }
+        return .blocked(number: value, firstArgument: argument)
     }
 
     /// A small text file's contents (procfs files report size 0, so read until end of file).

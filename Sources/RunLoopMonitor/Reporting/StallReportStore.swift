@@ -59,6 +59,9 @@ public final class StallReportStore: Sendable {
         case notARegularFile(path: String)
         /// A store file belongs to another user than the process's effective user.
         case fileNotOwned(path: String, owner: UInt32, effectiveUser: UInt32)
+        /// Another process held the store's lock (`stalls.lock`) for longer than `waited`: it is
+        /// stopped or hung mid-write. Nothing was written.
+        case lockTimedOut(path: String, waited: Duration)
 
         /// What is wrong, naming the path.
         public var description: String {
@@ -72,6 +75,8 @@ public final class StallReportStore: Sendable {
             case .notARegularFile(let path): "stall report store: refusing \(path): it is not a regular file"
             case .fileNotOwned(let path, let owner, let user):
                 "stall report store: refusing \(path): it belongs to uid \(owner), not to this process's effective uid \(user)"
+            case .lockTimedOut(let path, let waited):
+                "stall report store: \(path) stayed locked by another process for \(waited) (stopped or hung mid-write); nothing was written"
             }
         }
     }
@@ -96,7 +101,8 @@ public final class StallReportStore: Sendable {
 
     /// A store in `directory`, made if missing (mode 0700; missing parents as `FileManager`
     /// makes them), whose file is rotated past `maximumBytes` (at least 4 KiB), keeping
-    /// `retainedFiles` rotated files (0 to 1000; 0 keeps none).
+    /// `retainedFiles` rotated files (0 to 100; 0 keeps none). Reading the reports back reads every
+    /// kept file: up to `(retainedFiles + 1) × maximumBytes` in memory.
     ///
     /// Several processes may share the directory: each write, and each rotation, holds an
     /// exclusive `flock(2)` on `stalls.lock` in it, so that no line is split, interleaved or lost
@@ -107,7 +113,7 @@ public final class StallReportStore: Sendable {
     public init(directory: URL, maximumBytes: Int = 8 << 20, retainedFiles: Int = 1) throws {
         self.directory = directory
         self.maximumBytes = max(4096, maximumBytes)
-        self.retainedFiles = min(max(0, retainedFiles), 1000)
+        self.retainedFiles = min(max(0, retainedFiles), 100)
         _ = try prepareDirectory(creating: true)
     }
 
@@ -210,7 +216,7 @@ public final class StallReportStore: Sendable {
             // opened up since.
             _ = try prepareDirectory(creating: true)
             let lock = try lockAcross(processes: LOCK_EX)
-            defer { close(lock) }
+            defer { unlockAcrossProcesses(lock) }
             var fd = try openFile(fileURL, writing: true)!
             if Self.size(of: fd) > maximumBytes {
                 close(fd)
@@ -252,18 +258,33 @@ public final class StallReportStore: Sendable {
         rename(fileURL.path, previousFileURL.path)
     }
 
+    /// How long a write waits for another process's lock before it gives up.
+    static let lockPatience = Duration.seconds(5)
+
     /// Opens the lock file (checked as the store's files are) and takes `operation` (`LOCK_EX`,
-    /// `LOCK_SH`) on it, waiting for other processes; returns the descriptor, which the caller
-    /// closes to let go.
+    /// `LOCK_SH`) on it, waiting for other processes at most ``lockPatience``; returns the
+    /// descriptor, which the caller lets go with ``unlockAcrossProcesses(_:)``.
     private func lockAcross(processes operation: Int32) throws -> Int32 {
         let fd = try openFile(lockFileURL, writing: true)!
-        while flock(fd, operation) != 0 {
-            if errno == EINTR { continue }
-            let error = Self.posixError()
-            close(fd)
-            throw error
+        let deadline = ContinuousClock.now + Self.lockPatience
+        while flock(fd, operation | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            guard code == EWOULDBLOCK, ContinuousClock.now < deadline else {
+                close(fd)
+                if code == EWOULDBLOCK { throw StoreError.lockTimedOut(path: lockFileURL.path, waited: Self.lockPatience) }
+                throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+            }
+            usleep(1_000)
         }
         return fd
+    }
+
+    /// Lets go of the lock before closing: a child forked meanwhile shares the descriptor's open
+    /// file, and would otherwise keep the lock after this process closed its copy.
+    private func unlockAcrossProcesses(_ fd: Int32) {
+        flock(fd, LOCK_UN)
+        close(fd)
     }
 
     /// Makes the directory if it is missing and `creating`, then checks it (see ``StoreError``).
@@ -363,7 +384,7 @@ public final class StallReportStore: Sendable {
             // Shared with other readers, exclusive of writers; a directory this process cannot
             // write (a reader's) is read without it.
             let lock = try? lockAcross(processes: LOCK_SH)
-            defer { if let lock { close(lock) } }
+            defer { if let lock { unlockAcrossProcesses(lock) } }
             let rotated = stride(from: retainedFiles, through: 1, by: -1).map(rotatedFileURL)
             return try (rotated + [fileURL]).compactMap { try read($0) }
         }

@@ -196,7 +196,10 @@ public final class StallMonitor: Sendable {
     /// Stops watching `source` (from the next look on); a stall of it in progress ends, cut short.
     /// Any thread; a source not watched is ignored.
     public func unwatch(_ source: any StallSource) {
-        shared.locked { $0.sources.removeAll { $0 === source } }
+        shared.locked { shared in
+            shared.sources.removeAll { $0 === source }
+            shared.names[ObjectIdentifier(source)] = nil
+        }
         thread.locked { $0 }?.wake()
     }
 
@@ -293,7 +296,12 @@ public final class StallMonitor: Sendable {
     fileprivate func name(of source: any StallSource) -> String {
         shared.locked { $0.names[ObjectIdentifier(source)] } ?? source.stallSourceName
     }
-    fileprivate func forget(_ source: any StallSource) { shared.locked { $0.sources.removeAll { $0 === source } } }
+    fileprivate func forget(_ source: any StallSource) {
+        shared.locked { shared in
+            shared.sources.removeAll { $0 === source }
+            shared.names[ObjectIdentifier(source)] = nil
+        }
+    }
 
     fileprivate func emit(_ event: StallEvent) {
         let report = event.report
@@ -508,6 +516,10 @@ private final class Worker: @unchecked Sendable {
         }
         let due = candidate.busySince + monitor.threshold
         guard now >= due else { return due }
+        // Seen busy for the first time already past due: the monitor's own round was late (it
+        // sampled another stall, or waited for a CPU), so the work may be young. A stall begins
+        // only at a later look that still sees it (the usual round, one sample interval on).
+        if candidate.seenAt == now && !snapshot.busySinceIsExact { return nil }
         // A stall begins: its first sample now.
         var sampler = StackSampler(threadID: threadID)
         guard sampler.sample(timeout: captureTimeout) else { return nil }  // the thread is gone

@@ -159,7 +159,11 @@ public struct StallReport: Sendable, Codable, Hashable {
     mutating func attribute(_ samples: [StackSample]) {
         let tree = CallTree(samples)
         stacks = Array(samples.prefix(Self.keptStacks))
-        stuckIn = tree.blamed ?? StackSample.culprit(in: samples)
+        // When the heaviest path holds no code of the application (most samples were cut short by
+        // the unwinder inside the Swift runtime, say, and have none), the samples that do hold
+        // some decide.
+        let withApplicationCode = samples.filter { $0.frames.contains(where: CallTree.isApplicationCode) }
+        stuckIn = tree.blamed ?? CallTree(withApplicationCode).blamed ?? StackSample.culprit(in: samples)
         foldedStacks = tree.folded
     }
 

@@ -193,42 +193,52 @@ public final class HeartbeatStallSource: StallSource {
     /// Sends a heartbeat when the last one was answered `interval` ago or more; busy while one is
     /// outstanding.
     public func stallSnapshot() -> StallSnapshot {
-        let now = RunLoop.nanoseconds(of: ContinuousClock.now)
         let sent = state.sent.load(ordering: .acquiring)
         let answered = state.answered.load(ordering: .acquiring)
-        let threadID = state.threadID.load(ordering: .relaxed)
-        if threadIsFixed, threadID != 0, !ProcessThreads.exists(threadID) {
+        let lastThread = state.threadID.load(ordering: .relaxed)
+        if threadIsFixed, lastThread != 0, !ProcessThreads.exists(lastThread) {
             state.gone.store(true, ordering: .relaxed)
             return StallSnapshot(
-                activity: .idle, threadID: threadID, work: answered, phase: "heartbeat", item: "", threadExited: true)
+                activity: .idle, threadID: lastThread, work: answered, phase: "heartbeat", item: "", threadExited: true)
         }
-        // Two monitors may watch one source: only the one that moves `sent` on sends.
-        // The send time is stored first, so that a heartbeat is never seen outstanding with an
-        // older one's time (two monitors sending at once store about the same instant).
         if !state.gone.load(ordering: .relaxed), sent == answered,
-            now - state.answeredAt.load(ordering: .relaxed) >= interval.saturatedNanoseconds
+            Self.nowNs() - state.answeredAt.load(ordering: .acquiring) >= interval.saturatedNanoseconds,
+            // Two monitors may watch one source: only the one that moves `sent` on sends, and it
+            // stamps the send time after winning (a time read before could be long stale).
+            state.sent.compareExchange(expected: sent, desired: sent &+ 1, ordering: .acquiringAndReleasing).exchanged
         {
-            state.sentAt.store(now, ordering: .releasing)
-            if state.sent.compareExchange(expected: sent, desired: sent &+ 1, ordering: .acquiringAndReleasing).exchanged {
-                sendHeartbeat(number: sent &+ 1)
-            }
+            state.sentAt.store(Self.nowNs(), ordering: .releasing)
+            sendHeartbeat(number: sent &+ 1)
         }
-        let outstanding = state.sent.load(ordering: .acquiring) != state.answered.load(ordering: .acquiring)
+        // One reading of the counters for the whole snapshot.
+        let sentNow = state.sent.load(ordering: .acquiring)
+        let answeredNow = state.answered.load(ordering: .acquiring)
+        let outstanding = sentNow != answeredNow
+        // The outstanding heartbeat's send time, once its sender has stamped it: a stamp not later
+        // than the last answer is an earlier heartbeat's, so the time is not known yet.
         let sentAt = state.sentAt.load(ordering: .acquiring)
+        let answeredAt = state.answeredAt.load(ordering: .acquiring)
+        let exact = outstanding && sentAt > answeredAt
+        // A queue whose blocks run on any worker thread: the last heartbeat's worker may have been
+        // retired since; the stall is then reported without a stack, not taken for an exit.
+        var threadID = lastThread
+        if outstanding, !threadIsFixed, threadID != 0, !ProcessThreads.exists(threadID) { threadID = 0 }
         return StallSnapshot(
-            activity: outstanding ? .busy : .idle, threadID: threadID, work: state.answered.load(ordering: .relaxed),
-            busySince: outstanding ? RunLoop.instant(ofNanoseconds: sentAt) : nil, busySinceIsExact: outstanding,
-            idleSince: RunLoop.instant(ofNanoseconds: state.answeredAt.load(ordering: .relaxed)),
-            phase: "heartbeat", item: outstanding ? "heartbeat \(sent) unanswered" : "", threadName: nil,
+            activity: outstanding ? .busy : .idle, threadID: threadID, work: answeredNow,
+            busySince: exact ? RunLoop.instant(ofNanoseconds: sentAt) : nil, busySinceIsExact: exact,
+            idleSince: RunLoop.instant(ofNanoseconds: answeredAt), phase: "heartbeat",
+            item: outstanding ? "heartbeat \(sentNow) unanswered" : "", threadName: nil,
             threadExited: state.gone.load(ordering: .relaxed) && !outstanding)
     }
+
+    private static func nowNs() -> Int64 { RunLoop.nanoseconds(of: ContinuousClock.now) }
 
     private func sendHeartbeat(number: UInt64) {
         let state = self.state
         let accepted = send {
             let id = crlm_gettid()
             if state.threadID.exchange(id, ordering: .relaxed) != id { ThreadStack.prepareCurrentThread() }
-            state.answeredAt.store(RunLoop.nanoseconds(of: ContinuousClock.now), ordering: .relaxed)
+            state.answeredAt.store(Self.nowNs(), ordering: .releasing)
             state.answered.store(number, ordering: .releasing)
         }
         if !accepted {
@@ -237,8 +247,9 @@ public final class HeartbeatStallSource: StallSource {
         }
     }
 
-    /// Heartbeats prepare the thread themselves.
-    public func prepareForStallMonitoring() {}
+    /// Sends the first heartbeat at once (it finds, and prepares, the thread); later ones come
+    /// with the monitor's looks.
+    public func prepareForStallMonitoring() { _ = stallSnapshot() }
 }
 
 extension HeartbeatStallSource {
@@ -279,8 +290,8 @@ public final class ThreadStallSource: StallSource {
     private let work = Atomic<UInt64>(0)
     private let busy = Atomic<Bool>(false)
     private let sinceNs = Atomic<Int64>(0)
+    /// The item's UTF-8, NUL-terminated (a string literal's storage), or 0.
     private let itemStart = Atomic<UInt>(0)
-    private let itemLength = Atomic<Int>(0)
 
     /// Why a source cannot be made.
     public enum SourceError: Error, Sendable, Hashable, CustomStringConvertible {
@@ -314,8 +325,9 @@ public final class ThreadStallSource: StallSource {
 
     /// A unit of work named `item` begins on the thread. Call it on the watched thread.
     public func begin(_ item: StaticString = "work") {
-        itemStart.store(UInt(bitPattern: item.utf8Start), ordering: .relaxed)
-        itemLength.store(item.utf8CodeUnitCount, ordering: .relaxed)
+        // One word, so a look never pairs one item's start with another's length; a StaticString
+        // with a pointer is NUL-terminated. (One made from a single scalar has none: "work".)
+        itemStart.store(item.hasPointerRepresentation ? UInt(bitPattern: item.utf8Start) : 0, ordering: .relaxed)
         sinceNs.store(RunLoop.nanoseconds(of: ContinuousClock.now), ordering: .relaxed)
         work.add(1, ordering: .relaxed)
         busy.store(true, ordering: .releasing)
@@ -336,8 +348,9 @@ public final class ThreadStallSource: StallSource {
         let isBusy = busy.load(ordering: .acquiring)
         let since = RunLoop.instant(ofNanoseconds: sinceNs.load(ordering: .relaxed))
         let item: String
-        if isBusy, let start = UnsafePointer<UInt8>(bitPattern: itemStart.load(ordering: .relaxed)) {
-            item = String(decoding: UnsafeBufferPointer(start: start, count: itemLength.load(ordering: .relaxed)), as: UTF8.self)
+        if isBusy {
+            let start = UnsafePointer<CChar>(bitPattern: itemStart.load(ordering: .relaxed))
+            item = start.map { String(cString: $0) } ?? "work"
         } else {
             item = ""
         }
@@ -350,4 +363,28 @@ public final class ThreadStallSource: StallSource {
     /// Nothing to do: ``current(name:)`` prepared the thread; a thread named by id is sampled
     /// while it is blocked in the kernel, and while it runs if it does not block the signal.
     public func prepareForStallMonitoring() {}
+}
+
+extension StallMonitor {
+    /// Watches thread `threadID` of this process (its kernel id), which reports its own work
+    /// through the returned source's hooks (``ThreadStallSource/begin(_:)``,
+    /// ``ThreadStallSource/end()``, ``ThreadStallSource/beat(_:)``).
+    ///
+    /// - Throws: ``ThreadStallSource/SourceError/noSuchThread(threadID:)`` when no such thread
+    ///   exists.
+    @discardableResult
+    public func watch(threadID: Int32, name: String) throws(ThreadStallSource.SourceError) -> ThreadStallSource {
+        let source = try ThreadStallSource(threadID: threadID, name: name)
+        watch(source)
+        return source
+    }
+
+    /// Watches a serial `DispatchQueue` (the main queue included) by heartbeats every `heartbeat`
+    /// (see ``HeartbeatStallSource``).
+    @discardableResult
+    public func watch(_ queue: DispatchQueue, name: String? = nil, heartbeat: Duration = .milliseconds(100)) -> HeartbeatStallSource {
+        let source = HeartbeatStallSource(queue: queue, name: name, interval: heartbeat)
+        watch(source)
+        return source
+    }
 }

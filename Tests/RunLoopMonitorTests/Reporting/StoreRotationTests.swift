@@ -58,7 +58,7 @@ import Testing
         writers.forEach { $0.start() }
         #expect(results.wait(timeout: .seconds(180)) { $0.count == 2 })
         #expect(results.read { $0 } == [0, 0])
-        let store = try StallReportStore(directory: directory, maximumBytes: 4096, retainedFiles: 1000)
+        let store = try StallReportStore(directory: directory, maximumBytes: 4096, retainedFiles: 100)
         let ids = try store.reports().map(\.id)
         let expected = Set((0..<300).flatMap { ["a-\($0)", "b-\($0)"] })
         #expect(ids.count == 600)

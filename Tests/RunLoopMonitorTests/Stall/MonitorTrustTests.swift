@@ -94,6 +94,24 @@ static func frame(_ symbol: String, image: String = "/app/bin", file: String? = 
     let library = StackSample(count: 5, frames: [Self.frame("RunLoop.run()", file: "/p/Sources/RunLoopKit/Core/RunLoop.swift"), main])
     #expect(CallTree([library]).blamed == "main")
 }
+
+/// Most samples cut short by the unwinder inside the Swift runtime (no frame of the application,
+/// a root of their own): the report blames the application's frame the complete samples show,
+/// not a runtime function (seen: `_swift_getGenericMetadata` blamed for a JSON encode in -O).
+@Test func samplesCutShortInTheRuntimeDoNotTakeTheBlame() {
+    let runtime = "/opt/swift/usr/lib/swift/linux/libswiftCore.so"
+    let cut = StackSample(count: 6, frames: [
+        Self.frame("swift::MetadataCacheKey::operator==(swift::MetadataCacheKey const&) const", image: runtime, file: nil),
+        Self.frame("_swift_getGenericMetadata(swift::MetadataRequest)", image: runtime, file: nil),
+    ])
+    let whole = StackSample(count: 4, frames: [Self.frame("JSONEncoder.encode(_:)", image: "/usr/lib/libFoundationEssentials.so", file: nil), Self.frame("handleHugeJSONEncode()"), Self.frame("main")])
+    #expect(CallTree([cut, whole]).blamed == nil)
+    var report = StallReport(
+        id: "x", processID: 1, threadName: "t", threadID: 1, mode: "m", phase: "tick", startedAt: Date(),
+        duration: .milliseconds(300), threadCPUTime: .zero, cpuMeasuredOver: .zero, stacks: [], sampleCount: 10)
+    report.attribute([cut, whole])
+    #expect(report.stuckIn == "handleHugeJSONEncode()")
+}
 }
 
 extension MonitorTrustTests {

@@ -48,6 +48,32 @@ private let room = Duration.milliseconds(300)
         #expect(ended.cpuRatio < 0.05)
     }
 
+    /// The main queue, which no RunLoopKit loop drains here (swift test's main thread is parked
+    /// in dispatch_main, and libdispatch runs the main queue on a worker thread): a block that
+    /// blocks it is reported, named, on the thread the heartbeat found.
+    @Test func aBlockedMainQueueIsReported() throws {
+        let log = EventLog<StallEvent>()
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        let source = monitor.watch(DispatchQueue.main, heartbeat: beat)
+        #expect(source.stallSourceName == "com.apple.main-thread")
+        monitor.start { log.append($0) }
+        defer { monitor.stop() }
+        #expect(waitUntil(timeout: .seconds(60)) { source.stallSnapshot().threadID != 0 })
+        DispatchQueue.main.async { monitorTestBlockingWait(until: .now + .milliseconds(400)) }
+        let events = log.wait(for: 2)
+        try #require(events.count == 2)
+        #expect(events[1].report.stuckIn == "monitorTestBlockingWait(until:)", "\(events[1].report.stacks.first?.frames.compactMap(\.symbol) ?? [])")
+        #expect(events[1].report.loop == "com.apple.main-thread")
+    }
+
+    /// `watch(threadID:name:)`: a thread named by its kernel id; a wrong id is a clear error.
+    @Test func watchingAThreadByItsID() throws {
+        let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+        let source = try monitor.watch(threadID: currentThreadID(), name: "me")
+        #expect(monitor.watchedSources.contains { $0 === source })
+        #expect(throws: ThreadStallSource.SourceError.noSuchThread(threadID: -5)) { try monitor.watch(threadID: -5, name: "x") }
+    }
+
     /// A queue that never answers, from its first heartbeat on (suspended): a stall is reported,
     /// with no stack and a clear error, and stopping the monitor does not hang.
     @Test func aQueueThatNeverAnswersIsAStallWithoutAThread() throws {
