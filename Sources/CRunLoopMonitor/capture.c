@@ -56,7 +56,10 @@
 #define CLAIMED ((uint64_t)1 << 63)
 #define MAX_THREADS 512
 
-static int g_signal;
+// The capture signal, 0 until crlm_install. Written once (under the installer's lock), read from
+// any thread without it (a thread preparing itself may run while the monitor installs): atomic,
+// and lock-free, so the signal handler may read it too.
+static _Atomic int g_signal;
 static _Atomic uint64_t g_armed;
 static _Atomic uint32_t g_done;
 static _Atomic pid_t g_target;
