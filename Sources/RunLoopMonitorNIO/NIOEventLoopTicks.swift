@@ -100,8 +100,13 @@ final class TickSlot: Sendable {
     let pthread = Atomic<UInt>(0)
     /// The loop's own epoll descriptor, learnt by the monitor (+1; 0 while unknown).
     let epollDescriptor = Atomic<UInt64>(0)
-    /// The one source made for this loop (several `watch` calls share it).
-    let source = Mutex<NIOEventLoopStallSource?>(nil)
+    /// The one source made for this loop while it is in use (several `watch` calls share it).
+    /// Weak: the source holds the slot, and the loop holds the delegate that holds the slot.
+    let source = Mutex(WeakSource())
+
+    struct WeakSource {
+        weak var source: NIOEventLoopStallSource?
+    }
 }
 
 extension UInt64 {
@@ -127,7 +132,8 @@ public final class NIOEventLoopStallSource: StallSource {
     }
     private let slot: TickSlot
     private let prepared = Atomic<Bool>(false)
-    private let loop: any EventLoop
+    /// Weak: the loop holds its metrics delegate, which holds this source's slot.
+    private weak let loop: (any EventLoop)?
 
     init(loop: any EventLoop, slot: TickSlot) {
         self.loop = loop
@@ -195,7 +201,7 @@ public final class NIOEventLoopStallSource: StallSource {
     public func prepareForStallMonitoring() {
         guard !prepared.exchange(true, ordering: .relaxed) else { return }
         let slot = self.slot
-        loop.execute {
+        loop?.execute {
             slot.threadID.store(ProcessThreads.ownID, ordering: .relaxed)
             ThreadStack.prepareCurrentThread()
         }
@@ -230,10 +236,10 @@ extension StallMonitor {
         if let ticks, !NIOEventLoopStallSource.waitCalls.isEmpty, let slot = ticks.slot(for: id) {
             // One source per loop, however many times it is watched (the monitor watches a source
             // once; two monitors share it).
-            source = slot.source.withLock { made in
-                if let made { return made }
+            source = slot.source.locked { made in
+                if let existing = made.source { return existing }
                 let new = NIOEventLoopStallSource(loop: loop, slot: slot)
-                made = new
+                made.source = new
                 return new
             }
         } else {

@@ -166,6 +166,30 @@ final class Events: Sendable {
         #expect(events.all.isEmpty, "\(events.all.map(\.report.item))")
     }
 
+    /// Nothing keeps a group, its delegate or its sources alive once the group is shut down and
+    /// the monitor stopped: the loop holds its delegate, which holds its slots, so the sources
+    /// hold the loop and the slot holds its source weakly (a cycle here leaked whole groups).
+    @Test func nothingIsLeftAliveAfterShutdown() throws {
+        weak var weakTicks: NIOEventLoopTicks?
+        weak var weakSource: NIOEventLoopStallSource?
+        do {
+            let ticks = NIOEventLoopTicks(capacity: 2)
+            weakTicks = ticks
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1, metricsDelegate: ticks)
+            let monitor = StallMonitor(loops: [], threshold: threshold, sampleInterval: interval, backoff: .none, logger: nil)
+            let sources = monitor.watch(group, ticks: ticks)
+            weakSource = sources.first as? NIOEventLoopStallSource
+            // Watching the loop again gives the same source.
+            #expect(monitor.watch(group, ticks: ticks).first === sources.first)
+            monitor.start { _ in }
+            try group.next().submit {}.wait()
+            try group.syncShutdownGracefully()
+            monitor.stop()
+        }
+        #expect(weakTicks == nil)
+        #expect(weakSource == nil)
+    }
+
     /// Two monitors on one group both report its stall.
     @Test func twoMonitorsOnOneGroup() throws {
         let ticks = NIOEventLoopTicks(capacity: 4)
