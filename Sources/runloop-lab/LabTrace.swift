@@ -15,21 +15,21 @@ enum LabTrace {
     /// and by experiments for the loops they do not make with it (a PermanentThread's, the main
     /// loop).
     static func recordIfTracing(_ loop: RunLoop) {
-        current.withLock { $0 }?.record(loop)
+        current.locked { $0 }?.record(loop)
     }
 
     /// The recorder of the experiment running now, if the tour records traces: an experiment that
     /// reads its own loops' trace uses this one (a loop records into one buffer at a time).
-    static var recording: TraceRecorder? { current.withLock { $0 } }
+    static var recording: TraceRecorder? { current.locked { $0 } }
 
     /// Where the tour writes its traces (`tour --trace DIR`), while an experiment is traced.
-    static var directory: String? { currentDirectory.withLock { $0 } }
+    static var directory: String? { currentDirectory.locked { $0 } }
     private static let currentDirectory = Mutex<String?>(nil)
 
     /// Adds a stall a StallMonitor reported to the trace, if an experiment is being traced: a
     /// span over the stalled thread's lane.
     static func recordIfTracing(_ event: StallEvent) {
-        current.withLock { $0 }?.record(event)
+        current.locked { $0 }?.record(event)
     }
 
     /// Runs `body` with a recorder installed, then writes `DIR/NN-slug.json` and `.html`; prints
@@ -37,11 +37,11 @@ enum LabTrace {
     static func tracing(number: Int, title: String, into directory: String?, _ body: () -> Void) throws {
         guard let directory else { return body() }
         let recorder = try TraceRecorder(capacityPerLoop: 65_536)
-        current.withLock { $0 = recorder }
-        currentDirectory.withLock { $0 = directory }
+        current.locked { $0 = recorder }
+        currentDirectory.locked { $0 = directory }
         body()
-        current.withLock { $0 = nil }
-        currentDirectory.withLock { $0 = nil }
+        current.locked { $0 = nil }
+        currentDirectory.locked { $0 = nil }
         recorder.stop()
         let trace = recorder.snapshot()
         let spans = trace.lanes.reduce(0) { $0 + $1.spans.count }

@@ -30,7 +30,7 @@ final class LoopThread: Sendable {
     private func main(_ body: @Sendable (RunLoop) -> Void) {
         let loop = RunLoop.current
         LabTrace.recordIfTracing(loop)
-        published.withLock { $0 = loop }
+        published.locked { $0 = loop }
         loopReady.signal()
         body(loop)
         finished.signal()
@@ -38,10 +38,10 @@ final class LoopThread: Sendable {
 
     /// The thread's loop, once the thread has created it.
     var loop: RunLoop {
-        if let loop = published.withLock({ $0 }) { return loop }
+        if let loop = published.locked({ $0 }) { return loop }
         loopReady.wait()
         loopReady.signal()
-        return published.withLock { $0! }
+        return published.locked { $0! }
     }
 
     /// Waits until the thread's body has returned.
@@ -55,10 +55,10 @@ final class LoopThread: Sendable {
         let result = Mutex<T?>(nil)
         let thread = LoopThread(name: name) { loop in
             let value = body(loop)
-            result.withLock { $0 = value }
+            result.locked { $0 = value }
         }
         thread.join()
-        return result.withLock { $0! }
+        return result.locked { $0! }
     }
 }
 
@@ -108,8 +108,8 @@ final class SharedSlot<Value: Sendable>: Sendable {
     init() {}
 
     /// The value, once published; nil before.
-    var current: Value? { value.withLock { $0 } }
+    var current: Value? { value.locked { $0 } }
 
     /// Publishes `newValue`.
-    func set(_ newValue: Value) { value.withLock { $0 = newValue } }
+    func set(_ newValue: Value) { value.locked { $0 = newValue } }
 }

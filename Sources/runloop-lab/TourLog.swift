@@ -1,4 +1,5 @@
 import Foundation
+import RunLoopKit
 import Synchronization
 
 /// Timestamped lines recorded from any thread while an experiment runs, printed afterwards.
@@ -29,12 +30,12 @@ final class TourLog: Sendable {
     @discardableResult
     func log(_ text: String) -> Duration {
         let at = elapsed
-        recorded.withLock { $0.append(Event(at: at, text: text)) }
+        recorded.locked { $0.append(Event(at: at, text: text)) }
         return at
     }
 
     /// Every event so far, in the order they were recorded.
-    var events: [Event] { recorded.withLock { $0 } }
+    var events: [Event] { recorded.locked { $0 } }
 
     /// Prints every event as `   123.4 ms  text`, indented.
     func printEvents() {

@@ -32,7 +32,7 @@ let lines = Mutex<[String]>([])
 
 /// Records a line (blocks say whether they ran on the main thread).
 @Sendable func trace(_ line: String) {
-    lines.withLock { $0.append(line) }
+    lines.locked { $0.append(line) }
 }
 
 /// Queues a block on the main queue that records `name` (and the thread it ran on).
@@ -245,9 +245,9 @@ func identity() {
     trace("RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
     trace("RunLoop.current is RunLoop.main on the main thread: \(RunLoop.current === RunLoop.main)")
     let other = Mutex<Bool?>(nil)
-    let thread = ProbeThread { other.withLock { $0 = RunLoop.current.servesMainDispatchQueue } }
+    let thread = ProbeThread { other.locked { $0 = RunLoop.current.servesMainDispatchQueue } }
     thread.join()
-    trace("a thread's loop serves the main queue: \(other.withLock { $0 }.map(String.init) ?? "?")")
+    trace("a thread's loop serves the main queue: \(other.locked { $0 }.map(String.init) ?? "?")")
     DispatchQueue.main.async {
         trace("inside a main-queue block, RunLoop.main serves the main queue: \(RunLoop.main.servesMainDispatchQueue)")
     }
@@ -293,6 +293,6 @@ default:
     print("usage: MainQueueProbe cf modes|activities | rlk modes|activities|coexist|identity")
     exit(2)
 }
-for line in lines.withLock({ $0 }) { print(line) }
+for line in lines.locked({ $0 }) { print(line) }
 print("done")
 exit(0)

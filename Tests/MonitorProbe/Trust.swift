@@ -63,11 +63,11 @@ final class ProbeEvents: Sendable {
     private let arrived = DispatchSemaphore(value: 0)
 
     func append(_ event: StallEvent) {
-        events.withLock { $0.append(event) }
+        events.locked { $0.append(event) }
         arrived.signal()
     }
 
-    var all: [StallEvent] { events.withLock { $0 } }
+    var all: [StallEvent] { events.locked { $0 } }
 
     /// Waits until `count` ended reports came, up to `timeout`.
     func waitForEnded(_ count: Int, timeout: Duration = .seconds(20)) -> [StallReport] {
@@ -134,12 +134,12 @@ enum Trust {
         try? worker.execute {
             let start = ContinuousClock.now
             let (result, error) = probeSleepInUsleep(500_000)
-            outcome.withLock { $0 = (result, error, ContinuousClock.now - start) }
+            outcome.locked { $0 = (result, error, ContinuousClock.now - start) }
         }
         let ended = events.waitForEnded(1)
         monitor.stop()
         worker.stop()
-        guard let report = ended.first, let (result, error, slept) = outcome.withLock({ $0 }) else {
+        guard let report = ended.first, let (result, error, slept) = outcome.locked({ $0 }) else {
             check(false, "usleep: a stall was reported", "\(events.all.count) events")
             return
         }
@@ -162,14 +162,14 @@ enum Trust {
         let timer = RunLoopTimer(after: .milliseconds(1)) { _ in
             let start = ContinuousClock.now
             let left = probeSleepInSleep(2)
-            outcome.withLock { $0 = (left, ContinuousClock.now - start) }
+            outcome.locked { $0 = (left, ContinuousClock.now - start) }
         }
         timer.label = "two-second timer"
         worker.loop.add(timer, forMode: .default)
         let ended = events.waitForEnded(1)
         monitor.stop()
         worker.stop()
-        guard let report = ended.first, let (left, slept) = outcome.withLock({ $0 }) else {
+        guard let report = ended.first, let (left, slept) = outcome.locked({ $0 }) else {
             check(false, "sleep: a stall was reported")
             return
         }
@@ -215,20 +215,20 @@ enum Trust {
         let usedCPU = Mutex<Duration>(.zero)
         let thread = Thread {
             let loop = RunLoop.current
-            loopCell.withLock { $0 = loop }
+            loopCell.locked { $0 = loop }
             made.signal()
             go.wait()
             let timer = RunLoopTimer(after: .zero) { _ in
                 let before = threadCPUTime()
                 _ = probeTaskOne(.milliseconds(600))
-                usedCPU.withLock { $0 = threadCPUTime() - before }
+                usedCPU.locked { $0 = threadCPUTime() - before }
             }
             loop.add(timer, forMode: .default)
             loop.run(mode: .default, for: .seconds(10))
         }
         thread.start()
         made.wait()
-        let loop = loopCell.withLock { $0 }!
+        let loop = loopCell.locked { $0 }!
         let monitor = StallMonitor(loop: loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(10), backoff: .none, logger: nil)
         monitor.start { events.append($0) }
         go.signal()
@@ -243,7 +243,7 @@ enum Trust {
         // nearly all of the 600 ms; on a loaded one (the whole test suite in parallel on 2 cores)
         // less. The report must show at least 70 % of the duration when the thread had the CPU,
         // and at least 70 % of what it used in any case.
-        let used = usedCPU.withLock { $0 }
+        let used = usedCPU.locked { $0 }
         if used >= report.duration * 0.9 {
             check(report.threadCPUTime >= report.duration * 0.7, "exit: CPU at least 70 % of the duration",
                   "(CPU \(ms(report.threadCPUTime)) of \(ms(report.duration)))")

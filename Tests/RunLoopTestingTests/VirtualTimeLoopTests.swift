@@ -393,11 +393,11 @@ import class RunLoopKit.RunLoop
         final class Seen: Sendable { let value = Mutex<Duration?>(nil) }
         let seen = Seen()
         try withVirtualTime { time in
-            let source = RunLoopSource(onCancel: { _, _ in seen.value.withLock { $0 = time.elapsed } }) {}
+            let source = RunLoopSource(onCancel: { _, _ in seen.value.locked { $0 = time.elapsed } }) {}
             RunLoop.current.add(source, forMode: .default)
             try time.advance(by: .seconds(2))
         }
-        #expect(seen.value.withLock { $0 } == .seconds(2))
+        #expect(seen.value.locked { $0 } == .seconds(2))
     }
 
     /// Scopes nest: the inner one has its own clock and loop; the outer ones come back.

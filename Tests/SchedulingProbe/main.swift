@@ -85,12 +85,12 @@ func noDescriptors() {
     let keep = RunLoopTimer(after: .seconds(3600)) { _ in }
     loop.add(keep, forMode: .default)
     loop.perform {
-        idle.enqueue { _ in ran.withLock { $0.append("idle") }; return .done }
-        commit.setNeedsCommit(key: 1) { ran.withLock { $0.append("commit") } }
+        idle.enqueue { _ in ran.locked { $0.append("idle") }; return .done }
+        commit.setNeedsCommit(key: 1) { ran.locked { $0.append("commit") } }
     }
     let deadline = ContinuousClock.now + .seconds(10)
-    while ran.withLock({ $0.count }) < 2 && ContinuousClock.now < deadline { loop.run(mode: .default, for: .milliseconds(50)) }
-    print("ran: \(ran.withLock { $0.sorted().joined(separator: ",") })")
+    while ran.locked({ $0.count }) < 2 && ContinuousClock.now < deadline { loop.run(mode: .default, for: .milliseconds(50)) }
+    print("ran: \(ran.locked { $0.sorted().joined(separator: ",") })")
     for fd in fillers { close(fd) }
     let again = DisplayLink(loop: loop) { _ in }
     print("after release: \(again.creationError == nil && again.isValid)")

@@ -95,13 +95,13 @@ public final class TraceRecorder: Sendable {
     /// Starts recording `loop` (any thread): it takes up its ring at its next pass. Recording a
     /// loop already recorded does nothing; a loop recorded by another recorder moves to this one.
     public func record(_ loop: RunLoop) {
-        let already = state.withLock { state in state.loops.contains { $0.loop === loop } }
+        let already = state.locked { state in state.loops.contains { $0.loop === loop } }
         guard !already else { return }
         let buffer = TraceBuffer(capacity: capacityPerLoop)
         let token = loop.attachRecorder(LoopTraceWriter(buffer: buffer))
         let recorded = Recorded(
             loop: loop, buffer: buffer, token: token, threadID: loop.threadID, threadName: loop.threadName)
-        let duplicate = state.withLock { state -> Bool in
+        let duplicate = state.locked { state -> Bool in
             guard !state.loops.contains(where: { $0.loop === loop }) else { return true }
             state.loops.append(recorded)
             return false
@@ -111,7 +111,7 @@ public final class TraceRecorder: Sendable {
 
     /// Stops recording every loop; what was recorded stays for ``snapshot()``. Any thread.
     public func stop() {
-        let loops = state.withLock { state -> [Recorded] in
+        let loops = state.locked { state -> [Recorded] in
             defer {
                 state.stopped.append(contentsOf: state.loops)
                 state.loops.removeAll()
@@ -138,7 +138,7 @@ public final class TraceRecorder: Sendable {
         // names them.
         let label = "stall \(Trace.formatDuration(report.duration.saturatedNanoseconds)) of \(report.loop) in \(report.item.isEmpty ? report.phase : "\(report.item), \(report.phase)")"
             + (report.stuckIn.map { " at \($0)" } ?? "")
-        state.withLock { state in
+        state.locked { state in
             if state.stalls.count >= Self.stallLimit { state.stalls.removeFirst() }
             state.stalls.append(
                 StallMark(
@@ -150,7 +150,7 @@ public final class TraceRecorder: Sendable {
     /// What the rings hold now, every loop's (recorded now or before ``stop()``). Any thread, while
     /// the loops run.
     public func snapshot() -> Trace {
-        let (loops, stalls) = state.withLock { ($0.stopped + $0.loops, $0.stalls) }
+        let (loops, stalls) = state.locked { ($0.stopped + $0.loops, $0.stalls) }
         var threads: [Trace.ThreadRecords] = []
         for recorded in loops {
             let (records, overwritten) = recorded.buffer.snapshot()
@@ -167,6 +167,6 @@ extension TraceRecorder {
     /// Records written so far into every loop's ring (overwritten ones included): how much the
     /// loops have recorded.
     public var recordsWritten: UInt64 {
-        state.withLock { $0.loops + $0.stopped }.reduce(0) { $0 &+ $1.buffer.recordsWritten }
+        state.locked { $0.loops + $0.stopped }.reduce(0) { $0 &+ $1.buffer.recordsWritten }
     }
 }

@@ -105,7 +105,7 @@ struct BackgroundTimerWhileTracking: Experiment {
 
         Out.subheading("trace (two lines per kind and run; the table counts all)")
         trace.printEvents()
-        let all = tally.events.withLock { $0 }
+        let all = tally.events.locked { $0 }
         func count(_ kind: String, _ phase: Int) -> Int { all.filter { $0 == (kind, phase) }.count }
         Out.subheading("per run of the main loop:  bg-timer ticks   UI updates applied   GCD main-queue handler calls")
         var rows: [String] = []
@@ -146,7 +146,7 @@ private final class Tally: Sendable {
     /// Counts an event of `kind` in the current run; logs `text` if it is one of the run's first two.
     @Sendable func note(_ kind: String, _ text: String) {
         let current = phase.load(ordering: .acquiring)
-        let shown = events.withLock { list -> Bool in
+        let shown = events.locked { list -> Bool in
             list.append((kind, current))
             return list.filter { $0 == (kind, current) }.count <= 2
         }

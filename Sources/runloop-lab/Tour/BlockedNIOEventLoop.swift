@@ -1,4 +1,5 @@
 import Foundation
+import RunLoopKit
 import RunLoopMonitor
 import Synchronization
 #if SwiftNIO
@@ -53,7 +54,7 @@ struct BlockedNIOEventLoop: Experiment {
         let monitor = StallMonitor(loops: [], threshold: .milliseconds(100), sampleInterval: .milliseconds(20), backoff: .none, logger: nil)
         monitor.watch(group, ticks: ticks)
         monitor.start { event in
-            events.withLock { $0.append(event) }
+            events.locked { $0.append(event) }
             if case .ended = event { ended.signal() }
         }
         defer { monitor.stop() }
@@ -87,7 +88,7 @@ struct BlockedNIOEventLoop: Experiment {
         for line in late { print("    " + line) }
         print("    → it says that a loop was late, and by how much; not what ran.")
         Out.subheading("StallMonitor through NIO's tick reports")
-        for event in events.withLock({ $0 }) {
+        for event in events.locked({ $0 }) {
             let report = event.report
             switch event {
             case .began:
@@ -135,14 +136,14 @@ final class HeartbeatCheck: Sendable {
             let expected = Mutex(ContinuousClock.now + interval)
             return loop.scheduleRepeatedTask(initialDelay: step, delay: step) { _ in
                 let now = ContinuousClock.now
-                let due = expected.withLock { due in
+                let due = expected.locked { due in
                     defer { due = now + interval }
                     return due
                 }
                 let lateness = now - due
                 if lateness > .milliseconds(20) {
                     let name = Thread.current.name ?? "?"
-                    notes.lines.withLock {
+                    notes.lines.locked {
                         $0.append("\(name): heartbeat \(milliseconds(lateness)) ms late, at +\(milliseconds(now - start)) ms")
                     }
                 }
@@ -150,7 +151,7 @@ final class HeartbeatCheck: Sendable {
         }
     }
 
-    var late: [String] { notes.lines.withLock { $0 } }
+    var late: [String] { notes.lines.locked { $0 } }
     func cancel() { tasks.forEach { $0.cancel() } }
 }
 
@@ -160,14 +161,14 @@ final class ResultSlot: Sendable {
     private let done = DispatchSemaphore(value: 0)
 
     func set(_ line: String) {
-        text.withLock { $0 = line }
+        text.locked { $0 = line }
         done.signal()
     }
 
     /// The line, once set (10 s at most).
     func wait() -> String {
         _ = done.wait(timeout: .now() + 10)
-        return text.withLock { $0 } ?? "no answer within 10 s"
+        return text.locked { $0 } ?? "no answer within 10 s"
     }
 }
 

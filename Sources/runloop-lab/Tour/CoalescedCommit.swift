@@ -46,7 +46,7 @@ struct CoalescedCommit: Experiment {
                     let frame = request
                     coalescer.setNeedsCommit(key: node) {
                         layouts.increment()
-                        applied.withLock { $0[node] = frame }
+                        applied.locked { $0[node] = frame }
                         if node == 42 {
                             coalescer.setNeedsCommit(key: "parent-of-42") {
                                 trace.log("    commit #\(coalescer.commitCount): the parent of node 42 laid out")
@@ -64,7 +64,7 @@ struct CoalescedCommit: Experiment {
                 _, _ in
                 let count = layouts.count
                 guard count > 0 else { return }
-                let latest = applied.withLock { frames in frames.allSatisfy { $0.value >= Self.requests - Self.nodes } }
+                let latest = applied.locked { frames in frames.allSatisfy { $0.value >= Self.requests - Self.nodes } }
                 trace.log(
                     "    commit #\(coalescer.commitCount): \(count) nodes laid out, each once"
                         + (latest ? ", each with its latest frame" : ""))

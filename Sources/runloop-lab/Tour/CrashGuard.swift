@@ -91,9 +91,9 @@ struct CrashChildCommand: ParsableCommand {
         }
         let thread = LoopThread(name: "app") { loop in
             let buffer = Mutex<[String]>([])
-            @Sendable func log(_ text: String) { buffer.withLock { $0.append(text) } }
+            @Sendable func log(_ text: String) { buffer.locked { $0.append(text) } }
             let flush = RunLoopTimer(after: .milliseconds(100), repeating: .milliseconds(100)) { _ in
-                for line in buffer.withLock({ lines in defer { lines = [] }; return lines }) {
+                for line in buffer.locked({ lines in defer { lines = [] }; return lines }) {
                     say("flush: \(line)")
                 }
             }

@@ -47,7 +47,7 @@ struct DisplayLinkStall: Experiment {
             }
             let reports = Mutex<[FrameRateMonitor.Report]>([])
             let monitor = FrameRateMonitor(link: link, window: .milliseconds(250), label: "lab") { report in
-                reports.withLock { $0.append(report) }
+                reports.locked { $0.append(report) }
                 trace.log(
                     "    FrameRateMonitor: \(String(format: "%.1f", report.framesPerSecond)) fps over "
                         + "\(TourLog.ms(report.window)), \(report.frames) frames, \(report.droppedFrames) dropped, buckets "
@@ -74,7 +74,7 @@ struct DisplayLinkStall: Experiment {
             observer.invalidate()
             link.invalidate()
             withExtendedLifetime(monitor) {}
-            return (trace, reports.withLock { $0 }, frames, wakeups.count - 1)
+            return (trace, reports.locked { $0 }, frames, wakeups.count - 1)
         }
         Out.subheading("trace (thread 'display')")
         trace.printEvents()

@@ -1,4 +1,5 @@
 import Foundation
+import RunLoopKit
 import Synchronization
 
 /// Events posted from a monitor's thread and taken, in order, by the thread that waits for them:
@@ -9,7 +10,7 @@ final class EventInbox<Event: Sendable>: Sendable {
 
     /// Appends `event` and wakes one waiter. Any thread.
     func post(_ event: Event) {
-        queue.withLock { $0.append(event) }
+        queue.locked { $0.append(event) }
         available.signal()
     }
 
@@ -17,7 +18,7 @@ final class EventInbox<Event: Sendable>: Sendable {
     func next(timeout: Duration) -> Event? {
         let ms = Int(timeout / .milliseconds(1))
         guard available.wait(timeout: .now() + .milliseconds(ms)) == .success else { return nil }
-        return queue.withLock { $0.removeFirst() }
+        return queue.locked { $0.removeFirst() }
     }
 
     /// The oldest event that `matches`, waiting up to `timeout` in all; events that do not match
@@ -56,11 +57,11 @@ final class ThreadMark: Sendable {
         let reading = Reading(
             at: .now, onCPU: .nanoseconds(fields.first ?? 0), waitingForCPU: .nanoseconds(fields.dropFirst().first ?? 0)
         )
-        value.withLock { $0 = reading }
+        value.locked { $0 = reading }
     }
 
     /// The recorded reading, if any.
-    var reading: Reading? { value.withLock { $0 } }
+    var reading: Reading? { value.locked { $0 } }
 
     /// What the thread did between `start` and `end`: on a CPU, waiting for one, and the rest
     /// (blocked: asleep, or waiting for I/O or a lock).

@@ -48,20 +48,20 @@ struct EventPipeline: Experiment {
             let queued = Mutex<[Touch]>([])
             let handled = SharedCounter()
             let eventQueue = RunLoopSource {
-                for touch in queued.withLock({ touches in defer { touches = [] }; return touches }) {
+                for touch in queued.locked({ touches in defer { touches = [] }; return touches }) {
                     trace.log("    handler: sendEvent -> touchesBegan(touch \(touch.id) at \(touch.x),\(touch.y))")
                     if handled.increment() == 3 { RunLoop.current.stop() }
                 }
             }
             eventQueue.label = "__handleEventQueue (Source0)"
             let port = MessagePort<Touch> { touch in
-                queued.withLock { $0.append(touch) }
+                queued.locked { $0.append(touch) }
                 eventQueue.signal()
             }
             port.label = "__IOHIDEventSystemClientQueueCallback (Source1 port)"
             loop.add(eventQueue, forMode: .common)
             loop.add(port, forMode: .common)
-            Pipeline.port.withLock { $0 = port }
+            Pipeline.port.locked { $0 = port }
             loop.run(mode: .default, for: .seconds(5))
             port.invalidate()
             eventQueue.invalidate()
@@ -69,13 +69,13 @@ struct EventPipeline: Experiment {
         let loop = app.loop
         loop.waitUntilAsleep()
         for id in 1...3 {
-            guard let port = Pipeline.port.withLock({ $0 }) else { break }
+            guard let port = Pipeline.port.locked({ $0 }) else { break }
             trace.log("springboard: send touch \(id) to the app's port")
             try? port.send(Touch(id: id, x: 40 * id, y: 300))
             usleep(30_000)
         }
         app.join()
-        Pipeline.port.withLock { $0 = nil }
+        Pipeline.port.locked { $0 = nil }
         if LabTrace.recording == nil { recorder.stop() }
         let lane = recorder.snapshot().lanes.first { $0.threadName == "app-main" }
 

@@ -51,9 +51,9 @@ struct GCDTimerWhileScrolling: Experiment {
             deadline: .now() + .milliseconds(50), repeating: .milliseconds(50), leeway: .milliseconds(1))
         gcd.setEventHandler {
             let current = phase.load(ordering: .relaxed)
-            fires.withLock { $0.append(("gcd", current)) }
+            fires.locked { $0.append(("gcd", current)) }
             let grid = gcdStart + Self.interval * gcdCount.increment()
-            if current != 2 { lateness.withLock { $0.gcd.append(ContinuousClock.now - grid) } }
+            if current != 2 { lateness.locked { $0.gcd.append(ContinuousClock.now - grid) } }
             if current == 2 { trace.log("    GCD timer fired on queue lab.gcd-timer (the loop is in .tracking)") }
         }
 
@@ -63,11 +63,11 @@ struct GCDTimerWhileScrolling: Experiment {
         LoopThread.run(name: "gcd-vs-loop") { loop in
             let loopTimer = RunLoopTimer(after: Self.interval, repeating: Self.interval) { timer in
                 let current = phase.load(ordering: .relaxed)
-                fires.withLock { $0.append(("loop", current)) }
+                fires.locked { $0.append(("loop", current)) }
                 // fireDate is still the grid point being served while the handler runs.
                 // The first fire after tracking is late by design (the run was elsewhere): not counted.
                 if current == 1 || (current == 3 && firesAfter.increment() > 1) {
-                    lateness.withLock { $0.loop.append(ContinuousClock.now - timer.fireDate) }
+                    lateness.locked { $0.loop.append(ContinuousClock.now - timer.fireDate) }
                 }
                 trace.log("    RunLoopTimer (.default) fired in .\(loop.currentMode!.rawValue)")
             }
@@ -92,13 +92,13 @@ struct GCDTimerWhileScrolling: Experiment {
 
         Out.subheading("trace (thread 'gcd-vs-loop'; GCD's fires are logged only while tracking)")
         trace.printEvents()
-        let all = fires.withLock { $0 }
+        let all = fires.locked { $0 }
         func count(_ timer: String, _ phase: Int) -> Int { all.filter { $0 == (timer, phase) }.count }
         Out.subheading(
             "summary: GCD timer \(count("gcd", 1)) / \(count("gcd", 2)) / \(count("gcd", 3)) fires, "
                 + "RunLoopTimer (.default) \(count("loop", 1)) / \(count("loop", 2)) / \(count("loop", 3)) fires "
                 + "(before / during / after tracking)")
-        let (gcdLate, loopLate) = lateness.withLock { ($0.gcd.sorted(), $0.loop.sorted()) }
+        let (gcdLate, loopLate) = lateness.locked { ($0.gcd.sorted(), $0.loop.sorted()) }
         func stats(_ values: [Duration]) -> String {
             guard let last = values.last else { return "no fires" }
             return "median \(TourLog.ms(values[values.count / 2])), max \(TourLog.ms(last)) over \(values.count) fires"

@@ -88,12 +88,12 @@ struct IdleImageLoading: Experiment {
             let frames = RunLoopTimer(after: frame, repeating: frame) { timer in
                 let due = timer.fireDate
                 let late = ContinuousClock.now - due
-                let dropped = previous.withLock { last in
+                let dropped = previous.locked { last in
                     defer { last = due }
                     guard let last else { return 0 }
                     return Int((due - last) / frame) - 1
                 }
-                ticks.withLock { $0.append(Tick(at: trace.elapsed, late: late, dropped: dropped)) }
+                ticks.locked { $0.append(Tick(at: trace.elapsed, late: late, dropped: dropped)) }
             }
             loop.add(frames, forMode: .common)
 
@@ -106,18 +106,18 @@ struct IdleImageLoading: Experiment {
                     case .idleTaskQueue:
                         queue.enqueue(key: image) { _ in
                             decodeImage()
-                            loaded.withLock { $0.append(trace.elapsed) }
+                            loaded.locked { $0.append(trace.elapsed) }
                             return .done
                         }
                     case .zxyRunloop:
                         zxy?.addTask {
                             decodeImage()
-                            loaded.withLock { $0.append(trace.elapsed) }
+                            loaded.locked { $0.append(trace.elapsed) }
                             return true
                         }
                     case .atOnce:
                         decodeImage()
-                        loaded.withLock { $0.append(trace.elapsed) }
+                        loaded.locked { $0.append(trace.elapsed) }
                     }
                 }
             }
@@ -126,8 +126,8 @@ struct IdleImageLoading: Experiment {
             frames.invalidate()
             queue.invalidate()
             zxy?.invalidate()
-            let times = loaded.withLock { $0 }
-            let fired = ticks.withLock { $0 }
+            let times = loaded.locked { $0 }
+            let fired = ticks.locked { $0 }
             var most = 0
             for (index, tick) in fired.enumerated() {
                 let since = index == 0 ? Duration.zero : fired[index - 1].at
@@ -199,7 +199,7 @@ final class ZXYRunloop: Sendable {
         observer = RunLoopObserver(activities: .beforeWaiting, order: Int.max - 999) { _, _ in
             // The seed's Callback: run tasks until one says it did its work.
             var result = false
-            while !result, let task = tasks.list.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
+            while !result, let task = tasks.list.locked({ $0.isEmpty ? nil : $0.removeFirst() }) {
                 result = task()
             }
         }
@@ -213,7 +213,7 @@ final class ZXYRunloop: Sendable {
 
     /// The seed's `addTask:withId:`: appends, then drops the oldest past ``maxQueue``.
     func addTask(_ task: @escaping Task) {
-        tasks.list.withLock { tasks in
+        tasks.list.locked { tasks in
             tasks.append(task)
             if tasks.count > Self.maxQueue { tasks.removeFirst() }
         }

@@ -164,7 +164,7 @@ struct LagMonitorSideBySide: Experiment {
                     let began = ContinuousClock.now
                     let outcome = waitForReply()
                     end.mark()
-                    slept.withLock { $0 = (outcome.result, outcome.error, ContinuousClock.now - began) }
+                    slept.locked { $0 = (outcome.result, outcome.error, ContinuousClock.now - began) }
                 }
             })
 
@@ -191,7 +191,7 @@ struct LagMonitorSideBySide: Experiment {
             Self.print(outcome)
             if index == 0 { Self.print(dump) }
         }
-        if let (result, error, took) = slept.withLock({ $0 }) {
+        if let (result, error, took) = slept.locked({ $0 }) {
             Out.line(
                 "(d) usleep(400 ms) returned \(result)\(result == 0 ? "" : " (errno \(error))") after \(TourLog.ms(took)): "
                     + (result == 0 && took >= Self.stallLength
@@ -475,11 +475,11 @@ final class AllThreadsDump: Sendable {
     @Sendable func atTrigger(_ timeout: SeedLagDetector.CountedTimeout) {
         guard !triggered.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let captured = Self.captureAllThreads()
-        lines.withLock { $0 = captured }
+        lines.locked { $0 = captured }
     }
 
     /// The dump, if one was taken.
-    var captured: [String]? { lines.withLock { $0 } }
+    var captured: [String]? { lines.locked { $0 } }
 
     /// Frames shown per thread: enough to see where each one is; the report keeps them all.
     static let framesShown = 6

@@ -45,10 +45,10 @@ struct NetworkThread: Experiment {
             let result = Result { () throws -> TCPEchoServer in
                 try TCPEchoServer(on: loop, sendBufferSize: 64 * 1024) { event in
                     tally.callbacks.increment()
-                    tally.threads.withLock { _ = $0.insert(EchoClient.threadID()) }
+                    tally.threads.locked { _ = $0.insert(EchoClient.threadID()) }
                     switch event {
                     case .received(let id, let count):
-                        tally.received.withLock { $0[id, default: 0] += count }
+                        tally.received.locked { $0[id, default: 0] += count }
                     case .closed:
                         trace.log("network: \(event)")
                         tally.closed.signal()
@@ -57,7 +57,7 @@ struct NetworkThread: Experiment {
                     }
                 }
             }
-            published.withLock { $0 = result }
+            published.locked { $0 = result }
             ready.signal()
             guard case .success(let server) = result else { return }
             trace.log("network: thread \(EchoClient.threadID()) listens on 127.0.0.1:\(server.port), calls run()")
@@ -66,7 +66,7 @@ struct NetworkThread: Experiment {
         }
         ready.wait()
         let server: TCPEchoServer
-        switch published.withLock({ $0 })! {
+        switch published.locked({ $0 })! {
         case .success(let value): server = value
         case .failure(let error):
             Out.conclusion("the server could not start: \(error)")
@@ -76,8 +76,8 @@ struct NetworkThread: Experiment {
         let main = EchoClient.threadID()
         let openBeforeStop = Mutex(0)
         let stop = {
-            openBeforeStop.withLock { $0 = server.statistics.open }
-            trace.log("main:    stop() (\(Self.connections(openBeforeStop.withLock { $0 })) open)")
+            openBeforeStop.locked { $0 = server.statistics.open }
+            trace.log("main:    stop() (\(Self.connections(openBeforeStop.locked { $0 })) open)")
             server.stop()
         }
         do throws(EchoClient.Failure) {
@@ -115,7 +115,7 @@ struct NetworkThread: Experiment {
                     let intact = echoed.count == message.count && memcmp(echoed, message, message.count) == 0
                     return (EchoClient.threadID(), ContinuousClock.now - started, intact)
                 }
-                bigResult.withLock { $0 = outcome }
+                bigResult.locked { $0 = outcome }
                 bigDone.signal()
             }
             if bigDone.wait(timeout: .now() + 5) == .timedOut {
@@ -123,7 +123,7 @@ struct NetworkThread: Experiment {
             } else {
                 // B has closed its socket: let the server report it before stopping.
                 _ = tally.closed.wait(timeout: .now() + 1)
-                switch bigResult.withLock({ $0 })! {
+                switch bigResult.locked({ $0 })! {
                 case .success(let (tid, took, intact)):
                     trace.log(
                         "main:    client B (thread \(tid)) got 1 MiB back \(intact ? "intact" : "CORRUPTED") in \(TourLog.ms(took))"
@@ -141,8 +141,8 @@ struct NetworkThread: Experiment {
         let statistics = server.statistics
         trace.printEvents()
 
-        let threads = tally.threads.withLock { $0 }
-        let received = tally.received.withLock { $0 }.sorted { $0.key.rawValue < $1.key.rawValue }
+        let threads = tally.threads.locked { $0 }
+        let received = tally.received.locked { $0 }.sorted { $0.key.rawValue < $1.key.rawValue }
         Out.conclusion(
             "\(tally.callbacks.count) server callbacks, all on thread(s) \(threads.sorted()): the network thread, "
                 + "never the clients' threads")
@@ -151,7 +151,7 @@ struct NetworkThread: Experiment {
                 + received.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
                 + "; \(statistics.bytesEchoed) of \(statistics.bytesReceived) bytes echoed; output waited for "
                 + ".writable \(Self.times(statistics.writableWaits)); C's disconnection disturbed no one, and "
-                + "stop() closed the listener and \(Self.connections(openBeforeStop.withLock { $0 })) still open")
+                + "stop() closed the listener and \(Self.connections(openBeforeStop.locked { $0 })) still open")
     }
 
     /// `1 time`, `2 times`.

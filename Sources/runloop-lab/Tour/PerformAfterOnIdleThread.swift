@@ -73,7 +73,7 @@ struct PerformAfterOnIdleThread: Experiment {
             RunLoop.current.stop()
         }
         let after = loop.nextTimerFireDate(forMode: .default)
-        timerDates.withLock { $0 = [before.map { "\($0)" } ?? "none", after.map { "\($0)" } ?? "none"] }
+        timerDates.locked { $0 = [before.map { "\($0)" } ?? "none", after.map { "\($0)" } ?? "none"] }
         trace.log("main: on-thread's next timer right after the call: \(after.map { "\($0)" } ?? "none")")
         target.join()
 
@@ -83,7 +83,7 @@ struct PerformAfterOnIdleThread: Experiment {
         for line in dump.split(separator: "\n") where line.contains("timer") || line.contains("next fire") {
             Out.line(String(line))
         }
-        let dates = timerDates.withLock { $0 }
+        let dates = timerDates.locked { $0 }
         Out.subheading(
             "summary: without a run the block \(ran.isSet ? "ran" : "never ran"); "
                 + "with a run it \(ranWithRun.isSet ? "ran" : "never ran"); "

@@ -85,7 +85,7 @@ final class SeedLagDetector: Sendable {
             self.activity.store(activity.rawValue, ordering: .releasing)
             semaphore.signal()
         }
-        self.observer.withLock { $0 = observer }
+        self.observer.locked { $0 = observer }
         loop.add(observer, forMode: .common)
         // The seeds start the watchdog with dispatch_async to a global queue. Each watchdog blocks
         // a pool thread for good, and on Linux libdispatch adds pool threads slowly once its
@@ -100,7 +100,7 @@ final class SeedLagDetector: Sendable {
     /// timeout; here a signal wakes it at once (with a 3 s wait, the tour would wait 3 s more),
     /// and this call waits for it to return.
     func end() {
-        observer.withLock { observer in
+        observer.locked { observer in
             observer?.invalidate()
             observer = nil
         }
@@ -120,7 +120,7 @@ final class SeedLagDetector: Sendable {
 
     /// The timeouts counted since the last call.
     func takeCounted() -> [CountedTimeout] {
-        counted.withLock { list in
+        counted.locked { list in
             defer { list.removeAll() }
             return list
         }
@@ -132,7 +132,7 @@ final class SeedLagDetector: Sendable {
         while true {
             if syncRequested.exchange(false, ordering: .acquiringAndReleasing) { synced.signal() }
             let result = semaphore.wait(timeout: .now() + .milliseconds(Int(configuration.wait / .milliseconds(1))))
-            if observer.withLock({ $0 == nil }) {
+            if observer.locked({ $0 == nil }) {
                 finished.signal()
                 return
             }
@@ -143,7 +143,7 @@ final class SeedLagDetector: Sendable {
                     let timeout = CountedTimeout(
                         count: timeoutCount, activity: current, at: .now,
                         declaredStall: timeoutCount >= configuration.timeoutsForStall)
-                    counted.withLock { $0.append(timeout) }
+                    counted.locked { $0.append(timeout) }
                     if !timeout.declaredStall { continue }
                     // NSLog(@"monitor trigger"): the seeds dump every thread's stack here.
                     onStall?(timeout)

@@ -95,7 +95,7 @@ struct TimerPitfalls: Experiment {
                     owner, timer in
                     owner.tick()
                 }
-                owner.timer.withLock { $0 = timer }  // owner → timer; timer → owner is weak
+                owner.timer.locked { $0 = timer }  // owner → timer; timer → owner is weak
                 weakTimer = timer
                 trace.log("owner keeps a 10 ms timer scheduled for target: owner")
                 loop.run(mode: .default, for: .milliseconds(25))

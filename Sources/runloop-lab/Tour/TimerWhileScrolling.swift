@@ -54,7 +54,7 @@ struct TimerWhileScrolling: Experiment {
                     let tick = Tick(
                         timer: name, phase: phase.load(ordering: .relaxed), mode: loop.currentMode,
                         at: trace.elapsed, late: late)
-                    ticks.withLock { $0.append(tick) }
+                    ticks.locked { $0.append(tick) }
                 }
             }
             let defaultTimer = ticker("default")
@@ -76,7 +76,7 @@ struct TimerWhileScrolling: Experiment {
             trace.log("the .default run returned .\(result)")
             defaultTimer.invalidate()
             commonTimer.invalidate()
-            return (trace, ticks.withLock { $0 })
+            return (trace, ticks.locked { $0 })
         }
 
         Out.subheading("trace (thread 'scrolling'); common modes = default + UITrackingRunLoopMode")

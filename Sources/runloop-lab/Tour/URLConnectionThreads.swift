@@ -71,7 +71,7 @@ struct URLConnectionThreads: Experiment {
         let finished = DispatchSemaphore(value: 0)
         let delegate = LoggingDelegate(log: log)
         let handOff = RunLoopSource {
-            let events = inbox.withLock { queued in
+            let events = inbox.locked { queued in
                 defer { queued.removeAll() }
                 return queued
             }
@@ -104,7 +104,7 @@ struct URLConnectionThreads: Experiment {
                     let count = buffer.withUnsafeMutableBytes { read(clientEnd, $0.baseAddress, $0.count) }
                     let events = count > 0 ? parser.feed(buffer[0..<count]) : [.finished]
                     log("read \(count) bytes (\(what)) -> queue \(events.map(\.description).joined(separator: ", ")); signal(); wakeUp()")
-                    inbox.withLock { $0 += events }
+                    inbox.locked { $0 += events }
                     handOff.signal()
                     loader.loop.wakeUp()
                     if count <= 0 {
@@ -196,7 +196,7 @@ private final class ResponseParser: Sendable {
 
     /// The events `bytes` complete.
     func feed(_ bytes: ArraySlice<UInt8>) -> [URLConnectionThreads.Event] {
-        state.withLock { state in
+        state.locked { state in
             var events: [URLConnectionThreads.Event] = []
             state.pending += bytes
             if !state.headSeen, let end = URLConnectionThreads.headEnd(state.pending) {

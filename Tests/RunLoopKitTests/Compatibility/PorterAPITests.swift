@@ -149,7 +149,7 @@ import class RunLoopKit.RunLoop
                 let loop = RunLoop.current
                 let counts = Mutex<[String: Int]>([:])
                 func count(_ name: String) -> @Sendable (RunLoopTimer) -> Void {
-                    { _ in counts.withLock { $0[name, default: 0] += 1 } }
+                    { _ in counts.locked { $0[name, default: 0] += 1 } }
                 }
                 let past = RunLoopTimer(fire: Date(timeIntervalSinceNow: -5), interval: 99, repeats: false, block: count("past"))
                 let repeating = RunLoopTimer(fire: Date(), interval: 0.02, repeats: true, block: count("repeating"))
@@ -159,7 +159,7 @@ import class RunLoopKit.RunLoop
                 for timer in [past, repeating, never, nan, later] { loop.add(timer, forMode: .default) }
                 RunLoopTimer.scheduledTimer(withTimeInterval: 0.05, repeats: false, block: count("scheduled"))
                 loop.run(mode: .default, for: .milliseconds(250))
-                var result = counts.withLock { $0 }
+                var result = counts.locked { $0 }
                 result["pastInterval"] = past.interval == .zero ? 0 : 1
                 result["timeInterval"] = Int(repeating.timeInterval * 1000)
                 result["neverValid"] = never.isValid ? 1 : 0

@@ -14,13 +14,13 @@ import Testing
             TestThreads.runBlocking(name: "op-order") { () -> [String] in
                 let loop = RunLoop.current
                 let log = Mutex<[String]>([])
-                @Sendable func note(_ line: String) { log.withLock { $0.append(line) } }
+                @Sendable func note(_ line: String) { log.locked { $0.append(line) } }
                 loop.perform(order: 3) { note("c") }
                 loop.perform(order: 1) { note("a") }
                 loop.perform(order: 2) { note("b") }
                 loop.perform(order: 1) { note("a2") }
                 loop.run(mode: .default, for: .seconds(5), returnAfterSourceHandled: false)
-                return log.withLock { $0 }
+                return log.locked { $0 }
             })
         // The run ends when its mode is empty (the performers' timers are spent).
         #expect(log == ["a", "a2", "b", "c"])
@@ -32,12 +32,12 @@ import Testing
                 let loop = RunLoop.current
                 let log = Mutex<[String]>([])
                 let other: RunLoop.Mode = "op-other"
-                loop.perform(order: 0, inModes: [other]) { log.withLock { $0.append("other only") } }
-                loop.perform(order: 0, inModes: [.default, other]) { log.withLock { $0.append("both") } }
+                loop.perform(order: 0, inModes: [other]) { log.locked { $0.append("other only") } }
+                loop.perform(order: 0, inModes: [.default, other]) { log.locked { $0.append("both") } }
                 loop.run(mode: .default, for: .seconds(5))
-                log.withLock { $0.append("default run ended") }
+                log.locked { $0.append("default run ended") }
                 loop.run(mode: other, for: .seconds(5))
-                return log.withLock { $0 }
+                return log.locked { $0 }
             })
         #expect(log == ["both", "default run ended", "other only"])
     }
@@ -48,12 +48,12 @@ import Testing
                 let loop = RunLoop.current
                 let log = Mutex<[String]>([])
                 let target = Target()
-                loop.perform(order: 0, target: target) { log.withLock { $0.append("cancelled one ran") } }
-                loop.perform(order: 1, target: target) { log.withLock { $0.append("cancelled two ran") } }
-                loop.perform(order: 2) { log.withLock { $0.append("kept") } }
+                loop.perform(order: 0, target: target) { log.locked { $0.append("cancelled one ran") } }
+                loop.perform(order: 1, target: target) { log.locked { $0.append("cancelled two ran") } }
+                loop.perform(order: 2) { log.locked { $0.append("kept") } }
                 let cancelled = loop.cancelOrderedPerforms(withTarget: target)
                 loop.run(mode: .default, for: .seconds(5))
-                return ["cancelled \(cancelled)"] + log.withLock { $0 }
+                return ["cancelled \(cancelled)"] + log.locked { $0 }
             })
         #expect(log == ["cancelled 2", "kept"])
     }
@@ -69,12 +69,12 @@ import Testing
                 loop.add(observer, forMode: .default)
                 defer { observer.invalidate() }
                 loop.perform(order: 5) {
-                    log.withLock { $0.append("first, pass \(passes.load(ordering: .relaxed))") }
-                    loop.perform(order: 0) { log.withLock { $0.append("added, pass \(passes.load(ordering: .relaxed))") } }
+                    log.locked { $0.append("first, pass \(passes.load(ordering: .relaxed))") }
+                    loop.perform(order: 0) { log.locked { $0.append("added, pass \(passes.load(ordering: .relaxed))") } }
                 }
-                loop.perform(order: 6) { log.withLock { $0.append("second, pass \(passes.load(ordering: .relaxed))") } }
+                loop.perform(order: 6) { log.locked { $0.append("second, pass \(passes.load(ordering: .relaxed))") } }
                 loop.run(mode: .default, for: .seconds(5))
-                return log.withLock { $0 }
+                return log.locked { $0 }
             })
         #expect(log == ["first, pass 1", "second, pass 1", "added, pass 2"])
     }

@@ -14,8 +14,8 @@ import class RunLoopKit.RunLoop
 /// Lines appended from the thread a scenario runs on.
 final class Lines: Sendable {
     let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var all: [String] { lines.withLock { $0 } }
+    func append(_ line: String) { lines.locked { $0.append(line) } }
+    var all: [String] { lines.locked { $0 } }
 }
 
 func activityName(_ raw: UInt) -> String {

@@ -81,17 +81,17 @@ import Testing
             _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
             precondition(dup2(fds[0], readEnd) == readEnd, "dup2 failed: errno \(errno)")
             close(fds[0])
-            tally.extraDescriptors.withLock { $0 = [readEnd, fds[1]] }
+            tally.extraDescriptors.locked { $0 = [readEnd, fds[1]] }
             do {
                 let second = try FileDescriptorSource(descriptor: readEnd, watching: .readable) { source, _ in
                     let bytes = readAvailable(source.descriptor)
-                    let count = tally.secondBytes.withLock { all in
+                    let count = tally.secondBytes.locked { all in
                         all += bytes
                         return all.count
                     }
                     if count >= 3 { RunLoop.current.stop() }
                 }
-                tally.second.withLock { $0 = second }
+                tally.second.locked { $0 = second }
                 RunLoop.current.add(second, forMode: .default)
             } catch {
                 Issue.record("FileDescriptorSource on the new pipe failed: \(error)")
@@ -111,22 +111,22 @@ import Testing
         outcome.readableCalls = tally.readable.load(ordering: .relaxed)
         outcome.closedCalls = tally.closed.load(ordering: .relaxed)
         outcome.firstSourceValid = first.isValid
-        outcome.secondSourceText = String(decoding: tally.secondBytes.withLock { $0 }, as: UTF8.self)
-        let second = tally.second.withLock { $0 }
+        outcome.secondSourceText = String(decoding: tally.secondBytes.locked { $0 }, as: UTF8.self)
+        let second = tally.second.locked { $0 }
         outcome.secondSourceValid = second?.isValid ?? false
 
         first.invalidate()
         second?.invalidate()
         // The second source's handler captures `tally`, which holds the source: a cycle this
         // test made, broken here (a descriptor source keeps its handler until it is freed).
-        tally.second.withLock { $0 = nil }
+        tally.second.locked { $0 = nil }
         hostile.invalidate()
         observer.invalidate()
         loop.remove(keepAlive, forMode: .default)
         close(keptOpen)
         close(writeEnd)
         // The original number was closed by the timer; with `reuseNumber` it names the new pipe.
-        for fd in tally.extraDescriptors.withLock({ $0 }) { close(fd) }
+        for fd in tally.extraDescriptors.locked({ $0 }) { close(fd) }
         return outcome
     }
 
@@ -234,7 +234,7 @@ import Testing
                 let writableTarget = Atomic<Int>(Int.max)
                 let writeTerminal = Mutex<[String]>([])
 
-                var readText: String { String(decoding: readBytes.withLock { $0 }, as: UTF8.self) }
+                var readText: String { String(decoding: readBytes.locked { $0 }, as: UTF8.self) }
 
                 func stopIfDone() {
                     let done: Bool
@@ -260,15 +260,15 @@ import Testing
             let writer: FileDescriptorSource
             do {
                 reader = try FileDescriptorSource(descriptor: mine, watching: .readable) { source, events in
-                    if !events.isDisjoint(with: terminal) { log.readTerminal.withLock { $0.append("\(events)") } }
+                    if !events.isDisjoint(with: terminal) { log.readTerminal.locked { $0.append("\(events)") } }
                     if events.contains(.readable) {
                         let bytes = readAvailable(source.descriptor)
-                        log.readBytes.withLock { $0 += bytes }
+                        log.readBytes.locked { $0 += bytes }
                     }
                     log.stopIfDone()
                 }
                 writer = try FileDescriptorSource(descriptor: mine, watching: .writable) { _, events in
-                    if !events.isDisjoint(with: terminal) { log.writeTerminal.withLock { $0.append("\(events)") } }
+                    if !events.isDisjoint(with: terminal) { log.writeTerminal.locked { $0.append("\(events)") } }
                     if events.contains(.writable) { log.writable.add(1, ordering: .relaxed) }
                     log.stopIfDone()
                 }
@@ -299,8 +299,8 @@ import Testing
             }
             outcome.readText = log.readText
             outcome.writableCalls = log.writable.load(ordering: .relaxed)
-            outcome.readTerminal = log.readTerminal.withLock { $0 }
-            outcome.writeTerminal = log.writeTerminal.withLock { $0 }
+            outcome.readTerminal = log.readTerminal.locked { $0 }
+            outcome.writeTerminal = log.writeTerminal.locked { $0 }
             reader.invalidate()
             writer.invalidate()
             return outcome

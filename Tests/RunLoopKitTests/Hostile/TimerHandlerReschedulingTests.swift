@@ -64,21 +64,21 @@ import Testing
             let setAt = Mutex<ContinuousClock.Instant?>(nil)
             let gaps = Mutex<[Double]>([])
             let timer = RunLoopTimer(after: .milliseconds(10), repeating: .milliseconds(100)) { timer in
-                if let set = setAt.withLock({ $0 }) {
-                    gaps.withLock { $0.append(millisecondsSince(set)) }
+                if let set = setAt.locked({ $0 }) {
+                    gaps.locked { $0.append(millisecondsSince(set)) }
                     timer.invalidate()
                     RunLoop.current.stop()
                     return
                 }
                 let now = ContinuousClock.now
-                setAt.withLock { $0 = now }
+                setAt.locked { $0 = now }
                 timer.fireDate = now + .milliseconds(300)
             }
             loop.add(timer, forMode: .default)
             loop.run(mode: .default, for: .seconds(5))
             timer.invalidate()
             loop.remove(keepAlive, forMode: .default)
-            return gaps.withLock { $0 }
+            return gaps.locked { $0 }
         }
         guard let gaps else { return }
         #expect(gaps.count == 1, "the timer fired again after its handler set its fire date: \(gaps)")

@@ -19,7 +19,7 @@ import class RunLoopKit.RunLoop
     let outcome = Mutex<(Int, Int32)?>(nil)
     let reader = NamedThread(name: "all-reader") {
         let result = parkedTestRead(readEnd)
-        outcome.withLock { $0 = result }
+        outcome.locked { $0 = result }
     }
     let stop = Atomic<Bool>(false)
     let spinner = NamedThread(name: "all-spinner") {
@@ -45,11 +45,11 @@ import class RunLoopKit.RunLoop
     #expect(spin.error == nil, "\(spin)")
     #expect(spin.frames.contains { $0.symbol?.contains("monitorTestCrunch") == true }, "\(spin)")
     // The read went on: it returns only when its byte arrives.
-    #expect(outcome.withLock { $0 } == nil)
+    #expect(outcome.locked { $0 } == nil)
     var byte: UInt8 = 7
     #expect(write(pipeEnds[1], &byte, 1) == 1)
     reader.join()
-    let (result, _) = try #require(outcome.withLock { $0 })
+    let (result, _) = try #require(outcome.locked { $0 })
     #expect(result == 1)
     // A description per thread: its id, name and frames.
     #expect(read.description.hasPrefix("thread \(reader.threadID) 'all-reader'\n  0 "))

@@ -3,6 +3,7 @@ import CRunLoopMonitor
 import Foundation
 import Glibc
 import SharedTestSupport
+import RunLoopKit
 @testable import RunLoopMonitor
 import Synchronization
 import Testing
@@ -59,7 +60,7 @@ func waitUntilParked(_ tid: Int32) {
     let sleeper = NamedThread(name: "sleeper") {
         let start = ContinuousClock.now
         let (result, error) = parkedTestUsleep(500_000)
-        outcome.withLock { $0 = (result, error, ContinuousClock.now - start) }
+        outcome.locked { $0 = (result, error, ContinuousClock.now - start) }
     }
     waitUntilParked(sleeper.threadID)
     var stacks: [RawStack] = []
@@ -69,7 +70,7 @@ func waitUntilParked(_ tid: Int32) {
         usleep(5_000)
     }
     sleeper.join()
-    let (result, error, slept) = try #require(outcome.withLock { $0 })
+    let (result, error, slept) = try #require(outcome.locked { $0 })
     #expect(result == 0, "usleep returned \(result) errno \(error): a capture interrupted it")
     #expect(slept >= .milliseconds(495))
     let parked = stacks.filter { $0.unwinder == .parkedInKernel }
@@ -94,7 +95,7 @@ func aThreadWaitingForInputReturnsOnlyWhenItArrives(call: String) throws {
             case "read": parkedTestRead(readEnd)
             default: { let r = parkedTestEpollWait(readEnd); return (Int(r.result), r.errno) }()
             }
-        outcome.withLock { $0 = result }
+        outcome.locked { $0 = result }
     }
     waitUntilParked(waiter.threadID)
     var names: [String] = []
@@ -105,12 +106,12 @@ func aThreadWaitingForInputReturnsOnlyWhenItArrives(call: String) throws {
         usleep(2_000)
     }
     // Still waiting: nothing was written, and no capture ended its wait.
-    #expect(outcome.withLock { $0 } == nil)
+    #expect(outcome.locked { $0 } == nil)
     #expect(names.contains { $0.contains("parkedTest") }, "\(names)")
     var byte: UInt8 = 1
     #expect(write(fds[1], &byte, 1) == 1)
     waiter.join()
-    let (result, error) = try #require(outcome.withLock { $0 })
+    let (result, error) = try #require(outcome.locked { $0 })
     #expect(result == 1, "\(call) returned \(result) errno \(error)")
 }
 

@@ -149,7 +149,7 @@ extension MonitorTrustTests {
             monitor.start { event in
                 if case .began = event { began.signal() }
                 usleep(2_000)  // a handler that takes a moment: the window the second stop() fell into
-                lastHandlerCall.withLock { $0 = .now }
+                lastHandlerCall.locked { $0 = .now }
             }
             let release = Atomic<Bool>(false)
             try worker.execute { while !release.load(ordering: .relaxed) { usleep(1_000) } }
@@ -159,14 +159,14 @@ extension MonitorTrustTests {
             let stoppers = returned.map { record in
                 NamedThread(name: "stopper") {
                     monitor.stop()
-                    record.times.withLock { $0.append(.now) }
+                    record.times.locked { $0.append(.now) }
                 }
             }
             for stopper in stoppers { stopper.join() }
             release.store(true, ordering: .relaxed)
             worker.stop()
-            let firstReturn = try #require(returned.compactMap { $0.times.withLock { $0.first } }.min())
-            let last = try #require(lastHandlerCall.withLock { $0 })
+            let firstReturn = try #require(returned.compactMap { $0.times.locked { $0.first } }.min())
+            let last = try #require(lastHandlerCall.locked { $0 })
             #expect(last <= firstReturn, "the handler ran after a stop() had returned")
         }
     }
@@ -204,13 +204,13 @@ extension MonitorTrustTests {
         let inBlock = try worker.executeAndWait { loop.calloutSnapshot }
         #expect(inBlock.kind == .block && inBlock.label == nil && inBlock.description == "block")
         let seen = SnapshotBox()
-        let source = RunLoopSource { seen.value.withLock { $0 = loop.calloutSnapshot } }
+        let source = RunLoopSource { seen.value.locked { $0 = loop.calloutSnapshot } }
         source.label = "labelled source"
         loop.add(source, forMode: .default)
         source.signal()
         loop.wakeUp()
-        try waitFor { seen.value.withLock { $0 } != nil }
-        let inSource = try #require(seen.value.withLock { $0 })
+        try waitFor { seen.value.locked { $0 } != nil }
+        let inSource = try #require(seen.value.locked { $0 })
         #expect(inSource.kind == .source && inSource.label == "labelled source")
         #expect(inSource.sequence != inBlock.sequence)
         let between = loop.calloutSnapshot

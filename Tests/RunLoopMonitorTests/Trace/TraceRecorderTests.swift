@@ -34,7 +34,7 @@ struct TraceRecorderTests {
             loop.add(observer, forMode: .default)
             loop.add(timer, forMode: .default)
             let outcome = loop.run(mode: .default, for: runFor)
-            result.withLock { $0 = outcome }
+            result.locked { $0 = outcome }
             timer.invalidate()
             observer.invalidate()
         }
@@ -46,7 +46,7 @@ struct TraceRecorderTests {
             }
         }
         thread.join()
-        return (recorder.snapshot(), log.all, result.withLock { $0! })
+        return (recorder.snapshot(), log.all, result.locked { $0! })
     }
 
     @Test("a recorded observer-log run has the passes, sleeps and wake reasons of the text trace")

@@ -116,10 +116,10 @@ import Testing
             #expect(ran.value == 2)  // the commit in progress finishes
             let exiting = CommitCoalescer(loop: loop)
             exiting.setNeedsCommit(key: "pending") { [object] in _ = object }
-            holder.withLock { $0 = exiting }
+            holder.locked { $0 = exiting }
         }
         _ = consume object
         #expect(watch.isReleased)
-        #expect(holder.withLock { $0 }?.isValid == false)
+        #expect(holder.locked { $0 }?.isValid == false)
     }
 }

@@ -11,11 +11,11 @@ import Testing
     @Test func framesComeAtTheRateOnTheGrid() {
         onNewThread { loop in
             let frames = Mutex<[DisplayLink.Frame]>([])
-            let link = DisplayLink(loop: loop, framesPerSecond: 100) { frame in frames.withLock { $0.append(frame) } }
+            let link = DisplayLink(loop: loop, framesPerSecond: 100) { frame in frames.locked { $0.append(frame) } }
             defer { link.invalidate() }
             #expect(link.creationError == nil)
-            run(loop, until: { frames.withLock { $0.count } >= 20 })
-            let all = frames.withLock { $0 }
+            run(loop, until: { frames.locked { $0.count } >= 20 })
+            let all = frames.locked { $0 }
             #expect(all.count >= 20)
             for (previous, frame) in zip(all, all.dropFirst()) {
                 #expect(frame.sequence == previous.sequence + UInt64(frame.droppedFrames) + 1)
@@ -31,16 +31,16 @@ import Testing
         onNewThread { loop in
             let frames = Mutex<[DisplayLink.Frame]>([])
             let link = DisplayLink(loop: loop, framesPerSecond: 100) { frame in
-                frames.withLock { $0.append(frame) }
+                frames.locked { $0.append(frame) }
             }
             defer { link.invalidate() }
-            run(loop, until: { frames.withLock { $0.count } >= 3 })
+            run(loop, until: { frames.locked { $0.count } >= 3 })
             loop.perform { spin(for: .milliseconds(100)) }
-            let count = frames.withLock { $0.count }
-            run(loop, until: { frames.withLock { $0.count } >= count + 3 })
-            let dropped = frames.withLock { $0 }.map(\.droppedFrames).max() ?? 0
+            let count = frames.locked { $0.count }
+            run(loop, until: { frames.locked { $0.count } >= count + 3 })
+            let dropped = frames.locked { $0 }.map(\.droppedFrames).max() ?? 0
             // 100 ms is 10 frames: 9 dropped, at least 8 even if the stall began just after a frame.
-            #expect(dropped >= 8, "\(frames.withLock { $0.map(\.droppedFrames) })")
+            #expect(dropped >= 8, "\(frames.locked { $0.map(\.droppedFrames) })")
         }
     }
 
@@ -82,13 +82,13 @@ import Testing
             let link = DisplayLink(loop: loop, framesPerSecond: 200) { [object] _ in
                 _ = object
                 frames.add()
-                holder.withLock { $0 }?.invalidate()
+                holder.locked { $0 }?.invalidate()
             }
-            holder.withLock { $0 = link }
+            holder.locked { $0 = link }
             run(loop, until: { !link.isValid })
             loop.run(mode: .default, for: .milliseconds(50))
             #expect(frames.value == 1)
-            holder.withLock { $0 = nil }
+            holder.locked { $0 = nil }
         }
         _ = consume object
         #expect(watch.isReleased)

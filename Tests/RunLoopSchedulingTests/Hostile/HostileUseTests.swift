@@ -123,13 +123,13 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
                 _ = object
                 frames.add()
             }
-            holder.withLock { $0 = link }
+            holder.locked { $0 = link }
             run(loop, until: { frames.value >= 3 })
         }
         _ = consume object
         #expect(watch.isReleased)
-        #expect(holder.withLock { $0 }?.isValid == false)
-        let link = holder.withLock { $0 }
+        #expect(holder.locked { $0 }?.isValid == false)
+        let link = holder.locked { $0 }
         link?.isPaused = true  // on a closed link: nothing happens, no crash
         link?.invalidate()
     }
@@ -196,7 +196,7 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
             let starts = Mutex<[ContinuousClock.Instant]>([])
             for _ in 0..<40 {
                 queue.enqueue { _ in
-                    starts.withLock { $0.append(.now) }
+                    starts.locked { $0.append(.now) }
                     spin(for: .milliseconds(3))
                     done.add()
                     return .done
@@ -206,9 +206,9 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
             let fires = Count()
             let timer = RunLoopTimer(after: .milliseconds(10), repeating: .milliseconds(10)) { timer in
                 let due = timer.fireDate
-                let started = starts.withLock { stamps in stamps.count { $0 >= due } }
+                let started = starts.locked { stamps in stamps.count { $0 >= due } }
                 let late = ContinuousClock.now - due
-                worst.withLock { $0 = (max($0.started, started), max($0.late, late)) }
+                worst.locked { $0 = (max($0.started, started), max($0.late, late)) }
                 fires.add()
             }
             loop.add(timer, forMode: .default)
@@ -216,7 +216,7 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
             run(loop, until: { done.value == 40 })
             #expect(done.value == 40)
             #expect(fires.value >= 2)
-            let (started, late) = worst.withLock { $0 }
+            let (started, late) = worst.locked { $0 }
             #expect(started <= 1, "a fire came after \(started) tasks that started once it was due (\(late) late)")
         }
     }
@@ -322,7 +322,7 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
             let link = DisplayLink(loop: loop, modes: [.default], framesPerSecond: 60) { frame in
                 let now = depth.add(1, ordering: .relaxed).newValue
                 if now > deepest.load(ordering: .relaxed) { deepest.store(now, ordering: .relaxed) }
-                let count = frames.withLock { frames -> Int in
+                let count = frames.locked { frames -> Int in
                     frames.append(frame.droppedFrames)
                     return frames.count
                 }
@@ -331,9 +331,9 @@ func runSchedulingProbe(_ scenario: String) throws -> (status: Int32, stdout: St
                 depth.subtract(1, ordering: .relaxed)
             }
             defer { link.invalidate() }
-            run(loop, until: { frames.withLock { $0.count } >= 3 }, timeout: .seconds(5))
+            run(loop, until: { frames.locked { $0.count } >= 3 }, timeout: .seconds(5))
             #expect(deepest.load(ordering: .relaxed) == 1, "the handler was re-entered")
-            let dropped = frames.withLock { $0 }
+            let dropped = frames.locked { $0 }
             #expect(dropped.count >= 2 && dropped[1] >= 2, "the next frame reports the skipped ones: \(dropped)")
         }
     }

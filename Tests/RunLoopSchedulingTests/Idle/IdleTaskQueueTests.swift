@@ -210,10 +210,10 @@ import Testing
         onNewThread { [object] loop in
             let queue = IdleTaskQueue(loop: loop)
             queue.enqueue { [object] _ in _ = object; return .done }
-            holder.withLock { $0 = queue }
+            holder.locked { $0 = queue }
         }
         _ = consume object
-        let queue = holder.withLock { $0 }!
+        let queue = holder.locked { $0 }!
         #expect(watch.isReleased)
         #expect(!queue.isValid)
         #expect(!queue.enqueue { _ in .done })

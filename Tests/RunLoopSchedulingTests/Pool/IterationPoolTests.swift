@@ -19,16 +19,16 @@ import Testing
             let checkedInIteration = Flag()
             loop.perform {
                 let object = Tracked()
-                watch.withLock { $0 = WeakRef(object) }
+                watch.locked { $0 = WeakRef(object) }
                 pool.release(object)
                 pool.defer { log.append("first") }
                 pool.defer { log.append("second") }
-                if watch.withLock({ $0 })?.isReleased == false { checkedInIteration.set() }
+                if watch.locked({ $0 })?.isReleased == false { checkedInIteration.set() }
             }
             run(loop, until: { log.all.count == 2 })
             #expect(checkedInIteration.isSet)
             #expect(log.all == ["second", "first"])
-            #expect(watch.withLock { $0 }?.isReleased == true)
+            #expect(watch.locked { $0 }?.isReleased == true)
         }
     }
 

@@ -35,8 +35,8 @@ func keepAlive(_ loop: RunLoop, _ mode: RunLoop.Mode = .default) -> RunLoopSourc
 /// Strings appended from any thread.
 final class Log: Sendable {
     private let entries = Mutex<[String]>([])
-    func append(_ entry: String) { entries.withLock { $0.append(entry) } }
-    var all: [String] { entries.withLock { $0 } }
+    func append(_ entry: String) { entries.locked { $0.append(entry) } }
+    var all: [String] { entries.locked { $0 } }
     func count(_ entry: String) -> Int { all.filter { $0 == entry }.count }
 }
 
@@ -75,8 +75,8 @@ final class Tracked: Sendable {}
 final class WeakRef: Sendable {
     private let cell = Mutex<Weak>(Weak())
     private struct Weak { weak var object: Tracked? }
-    init(_ object: Tracked) { cell.withLock { $0.object = object } }
-    var isReleased: Bool { cell.withLock { $0.object == nil } }
+    init(_ object: Tracked) { cell.locked { $0.object = object } }
+    var isReleased: Bool { cell.locked { $0.object == nil } }
 }
 
 func spin(for duration: Duration) {

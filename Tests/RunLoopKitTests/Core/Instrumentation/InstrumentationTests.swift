@@ -54,7 +54,7 @@ import Testing
             await TestThreads.run(name: "seam-report") { () -> [RunLoop.IterationReport] in
                 let loop = RunLoop.current
                 let collected = Mutex<[RunLoop.IterationReport]>([])
-                let token = loop.addIterationReporter { report in collected.withLock { $0.append(report) } }
+                let token = loop.addIterationReporter { report in collected.locked { $0.append(report) } }
                 // The timer ends a long run, so however late a loaded machine wakes the loop, the
                 // wake comes before the run's deadline: it is the timer's. The run's deadline
                 // then ends a short run with nothing due.
@@ -69,11 +69,11 @@ import Testing
                 loop.run(mode: .default, for: .seconds(5))
                 _ = other.join(timeout: .seconds(10))
                 token.cancel()
-                let before = collected.withLock { $0.count }
+                let before = collected.locked { $0.count }
                 loop.run(mode: .default, for: .milliseconds(5))
                 keepAlive.invalidate()
-                let after = collected.withLock { $0.count }
-                return after == before ? collected.withLock { $0 } : []  // empty: a report after cancel
+                let after = collected.locked { $0.count }
+                return after == before ? collected.locked { $0 } : []  // empty: a report after cancel
             })
         let reasons = reports.map(\.wakeReason)
         #expect(reasons.contains(.timer), "\(reasons)")
@@ -112,9 +112,9 @@ import Testing
                 let box = Mutex<RunLoop.InstrumentationToken?>(nil)
                 let quitter = loop.addIterationReporter { _ in
                     selfCancelled.add(1, ordering: .relaxed)
-                    box.withLock { $0 }?.cancel()
+                    box.locked { $0 }?.cancel()
                 }
-                box.withLock { $0 = quitter }
+                box.locked { $0 = quitter }
                 for _ in 0..<5 { loop.run(mode: .default, for: .zero) }
                 nester.cancel()
                 keepAlive.invalidate()
@@ -136,7 +136,7 @@ import Testing
                 let pass = passes.add(1, ordering: .relaxed).newValue
                 if pass == 1_000 { alloc_counter_start() }
                 if pass == 11_000 {
-                    counted.withLock { $0 = alloc_counter_stop() }
+                    counted.locked { $0 = alloc_counter_stop() }
                     RunLoop.current.stop()
                 }
             }
@@ -148,7 +148,7 @@ import Testing
             token.cancel()
             source.invalidate()
             reSignal.invalidate()
-            return counted.withLock { $0 }
+            return counted.locked { $0 }
         }
         #expect(allocations == 0)
     }
