@@ -136,7 +136,8 @@ import Testing
                 let pass = passes.add(1, ordering: .relaxed).newValue
                 if pass == 1_000 { alloc_counter_start() }
                 if pass == 11_000 {
-                    counted.locked { $0 = alloc_counter_stop() }
+                    let allocations = alloc_counter_stop()
+                    counted.locked { $0 = allocations }
                     RunLoop.current.stop()
                 }
             }

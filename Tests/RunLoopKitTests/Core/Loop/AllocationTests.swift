@@ -26,7 +26,8 @@ import class RunLoopKit.RunLoop
                 }
                 if pass == 1_000 { alloc_counter_start() }
                 if pass == 11_000 {
-                    counted.locked { $0 = alloc_counter_stop() }
+                    let allocations = alloc_counter_stop()
+                    counted.locked { $0 = allocations }
                     RunLoop.current.stop()
                     return
                 }
@@ -58,7 +59,8 @@ import class RunLoopKit.RunLoop
                 }
                 if fire == 50 { alloc_counter_start() }
                 if fire == 150 {
-                    counted.locked { $0 = alloc_counter_stop() }
+                    let allocations = alloc_counter_stop()
+                    counted.locked { $0 = allocations }
                     timer.invalidate()
                 }
             }
