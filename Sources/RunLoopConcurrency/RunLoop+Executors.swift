@@ -8,20 +8,23 @@ import class RunLoopKit.RunLoop
 // stopped, run until a condition holds, and a serial executor), and delayed jobs as a loop's own
 // timers. The SPI's protocols cannot appear in a public conformance, so the main executor is an
 // internal object that is `RunLoop.main` in all but name: its serial-executor identity is the main
-// loop's, so the runtime enqueues main-actor jobs to `RunLoop.main` itself, and an actor pinned to
-// `RunLoop.main` shares the main actor's isolation.
+// loop's (`RunLoop.main.asUnownedSerialExecutor()`), so the runtime enqueues main-actor jobs to the
+// main loop's serial executor, and an actor pinned to `RunLoop.main` shares the main actor's
+// isolation.
 
 /// `RunLoop.main` as the SPI's `MainExecutor`.
 ///
-/// `@unchecked Sendable` is safe: it has no state; `RunLoop` is `Sendable`.
+/// `@unchecked Sendable` is safe: its one stored property is a constant (a `Sendable` value); `RunLoop` is `Sendable`.
 final class MainLoopExecutor: MainExecutor, @unchecked Sendable {
     static let shared = MainLoopExecutor()
 
     private var loop: RunLoop { RunLoop.main }
+    /// The main loop's serial executor, looked up once (the main loop lives as long as the process).
+    private let serial = RunLoop.main.asUnownedSerialExecutor()
 
-    func enqueue(_ job: consuming ExecutorJob) { loop.enqueue(job) }
+    func enqueue(_ job: consuming ExecutorJob) { loop.enqueueIsolated(job, to: serial) }
 
-    func asUnownedSerialExecutor() -> UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+    func asUnownedSerialExecutor() -> UnownedSerialExecutor { serial }
 
     func checkIsolated() { loop.checkIsolated() }
 
@@ -99,11 +102,13 @@ extension RunLoop {
     }
 
     private func scheduleJob(_ job: UnownedJob, at deadline: ContinuousClock.Instant, toleranceNs: Int64) {
+        // Isolated to the loop (a main-actor sleep, the usual case), with no task executor: naming
+        // one would make the runtime hop at the next main-actor call. A sleeping task that prefers
+        // the loop instead leaves the isolation with one hop through the loop's queue.
         let executor = asUnownedSerialExecutor()
-        let taskExecutor = asUnownedTaskExecutor()
         let add: @Sendable () -> Void = { [self] in
             let timer = RunLoopTimer(fireAt: deadline, tolerance: .nanoseconds(toleranceNs)) { _ in
-                job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+                job.runSynchronously(on: executor)
             }
             self.add(timer, forMode: .common)
         }

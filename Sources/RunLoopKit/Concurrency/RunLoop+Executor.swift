@@ -4,34 +4,57 @@ import CRunLoopKit
 // `unownedExecutor` is a loop's, and a task started with `Task(executorPreference: loop)`, run
 // every job on the loop's thread, as a block in the common modes, between the loop's timers and
 // sources.
+//
+// The two roles have two identities. The loop is the task executor (the runtime retains and
+// releases the object a task's preference names, so it must be the loop itself); an object the
+// loop keeps (`LoopSerialExecutor`) is the serial executor. One object cannot be both: a job
+// arrives through the one `enqueue` both protocols share, and a task's job run isolated to the
+// loop would leave that isolation, with a hop back through the loop's queue, at each of its
+// nonisolated async calls and returns (eight hops per tick of an async timer sequence, measured).
 
 extension RunLoop: SerialExecutor, TaskExecutor {
-    /// Runs `job` on the loop's thread: queues it as a block in the common modes
-    /// (``perform(inModes:_:)->()`` with `[.common]`), so it runs the next time the loop runs in any
-    /// of ``commonModes``, first in, first out with the loop's other blocks. Called by the Swift
-    /// runtime, from any thread, for actors pinned to the loop and for tasks that prefer it
-    /// (`Task(executorPreference: loop) { … }`, `withTaskExecutorPreference(loop) { … }`); it
-    /// wakes the loop.
+    /// Runs `job` on the loop's thread for a task that prefers the loop
+    /// (`Task(executorPreference: loop) { … }`, `withTaskExecutorPreference(loop) { … }`): queues
+    /// it as a block in the common modes (``perform(inModes:_:)->()`` with `[.common]`), so it runs
+    /// the next time the loop runs in any of ``commonModes``, first in, first out with the loop's
+    /// other blocks, with the loop as the current task executor and no actor isolation (its
+    /// nonisolated async calls go on inline). Called by the Swift runtime, from any thread; it
+    /// wakes the loop. Jobs of actors pinned to the loop come through the serial executor that
+    /// ``asUnownedSerialExecutor()`` names instead.
     ///
     /// Jobs do not run while the loop is not running, or while it runs in a mode that is not
     /// common, and they do not keep a run alive once they are done (give the loop a source or a
     /// timer). Once the loop's thread has exited, jobs are dropped (with a warning): a task
-    /// waiting for an actor pinned to such a loop never resumes.
+    /// waiting for a loop whose thread has exited never resumes.
+    ///
+    /// - Important: Give an actor `loop.asUnownedSerialExecutor()`, never an
+    ///   `UnownedSerialExecutor` made from the loop object itself: the loop runs what it is given
+    ///   as a task's job, so that actor's jobs would never be isolated to it.
     ///
     /// - Complexity: O(1) amortized; one allocation (the block).
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         // Unowned is enough: the block lives in this loop's own queue, so it can only run while
-        // the loop exists. The job may be an actor's (this loop as its serial executor) or a task
-        // that prefers this loop (as its task executor): run as both, it keeps either isolation.
-        let executor = asUnownedSerialExecutor()
+        // the loop exists.
         let taskExecutor = asUnownedTaskExecutor()
         perform(inModes: RunLoop.commonModesOnly) {
-            job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+            job.runSynchronously(on: taskExecutor)
         }
     }
 
-    /// The loop as an unowned serial executor, for an actor's `unownedExecutor`:
+    /// Runs `job` on the loop's thread isolated to the loop (an actor's job, the main actor's when
+    /// this is the main loop): as ``enqueue(_:)``, with `executor` (the loop's serial executor,
+    /// ``asUnownedSerialExecutor()``) as the job's isolation and no task executor (naming one would
+    /// make the runtime hop through the queue again at the next call into the same isolation from
+    /// a task that prefers no executor). Any thread.
+    package func enqueueIsolated(_ job: consuming ExecutorJob, to executor: UnownedSerialExecutor) {
+        let job = UnownedJob(job)
+        perform(inModes: RunLoop.commonModesOnly) {
+            job.runSynchronously(on: executor)
+        }
+    }
+
+    /// The loop's serial executor, for an actor's `unownedExecutor`:
     ///
     /// ```swift
     /// actor Model {
@@ -41,9 +64,13 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     /// }
     /// ```
     ///
-    /// Two executors are the same when they are the same loop. Any thread.
+    /// It names an object the loop keeps for its life (the actor keeps it alive by keeping the
+    /// loop), which runs the actor's jobs on the loop's thread isolated to the loop. Two executors
+    /// are the same when they are the same loop's. Any thread.
+    ///
+    /// - Complexity: One lock and one dictionary lookup (the loop's attachments).
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
-        UnownedSerialExecutor(ordinary: self)
+        attachments.object(LoopSerialExecutor.self) { LoopSerialExecutor(loop: self) }.asUnownedSerialExecutor()
     }
 
     /// Whether `other` is this loop: a loop is the only execution context that is exclusive with
@@ -74,4 +101,33 @@ extension RunLoop: SerialExecutor, TaskExecutor {
 
     /// `[.common]`, made once (an array literal per job would allocate).
     static let commonModesOnly: [Mode] = [.common]
+}
+
+/// A loop's serial executor: what ``RunLoop/asUnownedSerialExecutor()`` names. Its jobs run on the
+/// loop's thread isolated to the loop (``RunLoop/enqueueIsolated(_:to:)``); its isolation checks are
+/// the loop's.
+///
+/// The loop keeps it (in its attachments); it refers to the loop weakly, so there is no cycle. An
+/// actor keeps its executor alive by keeping the loop (the serial-executor contract), so a job
+/// never comes after the loop is gone; if one did, it is dropped with a warning, never run on
+/// another thread.
+final class LoopSerialExecutor: SerialExecutor {
+    weak let loop: RunLoop?
+
+    init(loop: RunLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        guard let loop else {
+            Diagnostics.warning("a job for an actor pinned to a run loop came after the loop was gone; dropped")
+            return
+        }
+        loop.enqueueIsolated(job, to: asUnownedSerialExecutor())
+    }
+
+    func checkIsolated() {
+        guard let loop else { fatalError("code isolated to a run loop that is gone ran on thread '\(ThreadLoops.currentName())'") }
+        loop.checkIsolated()
+    }
+
+    func isIsolatingCurrentContext() -> Bool? { loop?.isIsolatingCurrentContext() ?? false }
 }

@@ -265,6 +265,34 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
         #expect(await host.finish())
     }
 
+    /// A task that prefers the loop runs its jobs with no actor isolation, so its nonisolated
+    /// async calls (the iterator's `next()`, the channel, the cancellation handler) go on inline:
+    /// each tick read costs the timer's callout and one block, the consumer's resumption. When
+    /// such jobs ran isolated to the loop, each call and return hopped through the loop's queue:
+    /// seven more blocks per tick. Counted with the loop's callout sequence (two steps per
+    /// callout), so no timing is asserted; ticks folded while the consumer was late are counted
+    /// as timer callouts through `skipped`.
+    @Test func aTaskThatPrefersTheLoopDoesNotHopAtEachCall() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-nohop"))
+        let loop = host.loop
+        let counts = await Task(executorPreference: loop) { () -> (reads: Int, fires: Int, callouts: Int) in
+            var reads = 0
+            var fires = 0
+            var first: UInt32 = 0
+            for await tick in loop.ticks(every: .milliseconds(2)) {
+                reads += 1
+                if reads == 5 { first = loop.calloutSnapshot.sequence }
+                if reads > 5 { fires += 1 + tick.skipped }
+                if reads == 45 { return (40, fires, Int(loop.calloutSnapshot.sequence &- first) / 2) }
+            }
+            return (0, 0, 0)
+        }.value
+        let hops = counts.callouts - counts.fires - counts.reads
+        #expect(counts.reads == 40)
+        #expect(hops <= counts.reads / 4, "callouts \(counts.callouts) for \(counts.fires) timer fires and \(counts.reads) reads")
+        #expect(await host.finish())
+    }
+
     /// A consumer task that is cancelled while it waits for a tick ends its loop with nil.
     @Test func cancellingTheConsumerEndsTheSequence() async throws {
         let host = try #require(ModalLoop.start(name: "rlk-ticks-cancel"))
