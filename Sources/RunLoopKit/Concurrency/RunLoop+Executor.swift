@@ -68,9 +68,9 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     /// loop), which runs the actor's jobs on the loop's thread isolated to the loop. Two executors
     /// are the same when they are the same loop's. Any thread.
     ///
-    /// - Complexity: One lock and one dictionary lookup (the loop's attachments).
+    /// - Complexity: O(1): one atomic load (the runtime asks at every hop to such an actor).
     public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
-        attachments.object(LoopSerialExecutor.self) { LoopSerialExecutor(loop: self) }.asUnownedSerialExecutor()
+        serialExecutor.asUnownedSerialExecutor()
     }
 
     /// Whether `other` is this loop: a loop is the only execution context that is exclusive with
@@ -103,19 +103,12 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     static let commonModesOnly: [Mode] = [.common]
 }
 
-/// A loop's serial executor: what ``RunLoop/asUnownedSerialExecutor()`` names. Its jobs run on the
-/// loop's thread isolated to the loop (``RunLoop/enqueueIsolated(_:to:)``); its isolation checks are
-/// the loop's.
-///
-/// The loop keeps it (in its attachments); it refers to the loop weakly, so there is no cycle. An
-/// actor keeps its executor alive by keeping the loop (the serial-executor contract), so a job
-/// never comes after the loop is gone; if one did, it is dropped with a warning, never run on
+/// A loop's serial executor (``LoopSerialExecutor``, stored by the core): its jobs run on the loop's
+/// thread isolated to the loop (``RunLoop/enqueueIsolated(_:to:)``); its isolation checks are the
+/// loop's. An actor keeps its executor alive by keeping the loop (the serial-executor contract), so
+/// a job never comes after the loop is gone; if one did, it is dropped with a warning, never run on
 /// another thread.
-final class LoopSerialExecutor: SerialExecutor {
-    weak let loop: RunLoop?
-
-    init(loop: RunLoop) { self.loop = loop }
-
+extension LoopSerialExecutor: SerialExecutor {
     func enqueue(_ job: consuming ExecutorJob) {
         guard let loop else {
             Diagnostics.warning("a job for an actor pinned to a run loop came after the loop was gone; dropped")

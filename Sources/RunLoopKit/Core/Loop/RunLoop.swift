@@ -102,6 +102,14 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let instrumentation = LoopInstrumentation()
     /// Per-loop objects of the layers above the core (see ``LoopAttachments``).
     let attachments = LoopAttachments()
+    /// The loop's serial executor, made on first use (see ``serialExecutor``).
+    private let serialExecutorSlot = AtomicLazyReference<LoopSerialExecutor>()
+    /// The serial executor of actors pinned to the loop (its conformance is the concurrency
+    /// layer's): an object of its own, since the loop itself is the task executor. Any thread; one
+    /// atomic load once made.
+    var serialExecutor: LoopSerialExecutor {
+        serialExecutorSlot.load() ?? serialExecutorSlot.storeIfNil(LoopSerialExecutor(loop: self))
+    }
     /// The loop's virtual clock, published for other threads (VirtualTime.swift); `Int64.min`
     /// for a loop on real time.
     let virtualClockNs = Atomic<Int64>(.min)
