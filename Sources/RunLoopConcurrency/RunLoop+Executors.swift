@@ -22,7 +22,7 @@ final class MainLoopExecutor: MainExecutor, @unchecked Sendable {
     /// The main loop's serial executor, looked up once (the main loop lives as long as the process).
     private let serial = RunLoop.main.asUnownedSerialExecutor()
 
-    func enqueue(_ job: consuming ExecutorJob) { loop.enqueueIsolated(job, to: serial) }
+    func enqueue(_ job: consuming ExecutorJob) { loop.enqueueIsolated(job) }
 
     func asUnownedSerialExecutor() -> UnownedSerialExecutor { serial }
 
@@ -105,10 +105,11 @@ extension RunLoop {
         // Isolated to the loop (a main-actor sleep, the usual case), with no task executor: naming
         // one would make the runtime hop at the next main-actor call. A sleeping task that prefers
         // the loop instead leaves the isolation with one hop through the loop's queue.
-        let executor = asUnownedSerialExecutor()
         let add: @Sendable () -> Void = { [self] in
             let timer = RunLoopTimer(fireAt: deadline, tolerance: .nanoseconds(toleranceNs)) { _ in
-                job.runSynchronously(on: executor)
+                // Through the serial executor: a sleep that ends inside a nested run started by
+                // another job of the same isolation waits for that job to return.
+                RunLoop.current.runIsolated(job)
             }
             self.add(timer, forMode: .common)
         }

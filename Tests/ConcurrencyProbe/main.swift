@@ -32,6 +32,7 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         switch scenario {
         case "main-actor": mainActor()
         case "exit-status": exitStatus()
+        case "nested-main-actor": nestedMainActor()
         case "twice":
             RunLoopConcurrency.installMainExecutor()
             RunLoopConcurrency.installMainExecutor()
@@ -82,8 +83,52 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
             let items = description.components(separatedBy: "common mode items = { ").last ?? ""
             let timers = items.split(separator: ",").dropFirst().first?.split(separator: " ").first ?? "?"
             report("commonModeTimersWhileSleeping", timers)
-            let result = RunLoop.main.run(mode: .tracking, for: .milliseconds(300))
-            report("trackingRun", result)
+            // Tracking is entered from the loop (a timer's callout, as UIKit's event source
+            // enters it), not from this main-actor job: a run nested in a main-actor job runs no
+            // other main-actor job (the executor never re-enters).
+            let track = RunLoopTimer(after: .zero) { _ in
+                let result = RunLoop.main.run(mode: .tracking, for: .milliseconds(300))
+                report("trackingRun", result)
+                RunLoopConcurrency.stopMain(status: 0)
+            }
+            RunLoop.main.add(track, forMode: .default)
+        }
+        exit(RunLoopConcurrency.runMain())
+    }
+
+    /// A main-actor job holds an `inout` access to main-actor state across a nested run of the
+    /// main loop while another main-actor job is sent (1,000 rounds): the sent job runs after the
+    /// first returns. Also: a main-queue block's nested run runs no main-actor job, and a
+    /// main-actor job's nested run runs no main-queue block (one isolation, as on Darwin).
+    static func nestedMainActor() {
+        RunLoopConcurrency.installMainExecutor()
+        Task { @MainActor in
+            var violations = 0
+            for round in 0..<1_000 {
+                let sent = MainState.appendAcrossNestedRun(2 * round, sending: 2 * round + 1)
+                await sent.value
+            }
+            for (index, value) in MainState.items.enumerated() where index != value { violations += 1 }
+            report("rounds", MainState.items.count / 2)
+            report("outOfOrder", violations)
+            // A main-queue block sent while a main-actor job runs the loop nested waits for it.
+            var order: [String] = []
+            DispatchQueue.main.async { MainActor.assumeIsolated { order.append("main-queue block") } }
+            _ = RunLoop.main.run(mode: .default, for: .milliseconds(20))
+            order.append("main-actor job returns")
+            // A main-actor job sent while a main-queue block runs the loop nested waits for it.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                DispatchQueue.main.async {
+                    MainActor.assumeIsolated {
+                        Task { @MainActor in order.append("main-actor job") }
+                        _ = RunLoop.main.run(mode: .default, for: .milliseconds(20))
+                        order.append("main-queue block returns")
+                        done.resume()
+                    }
+                }
+            }
+            while order.count < 4 { await Task.yield() }
+            report("order", order.joined(separator: ","))
             RunLoopConcurrency.stopMain(status: 0)
         }
         exit(RunLoopConcurrency.runMain())
@@ -126,4 +171,22 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         report("runMainReturned", status)
         exit(status)
     }
+}
+
+
+/// Main-actor state for ``ConcurrencyProbe/nestedMainActor()``.
+@MainActor enum MainState {
+    static var items: [Int] = []
+
+    static func appendAcrossNestedRun(_ value: Int, sending sent: Int) -> Task<Void, Never> {
+        var task: Task<Void, Never>?
+        mutate(&items) { items in
+            task = Task { @MainActor in MainState.items.append(sent) }
+            _ = RunLoop.main.run(mode: .default, for: .milliseconds(1))
+            items.append(value)
+        }
+        return task!
+    }
+
+    private static func mutate(_ value: inout [Int], _ body: (inout [Int]) -> Void) { body(&value) }
 }

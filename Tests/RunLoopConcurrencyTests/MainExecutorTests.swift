@@ -33,6 +33,20 @@ import Testing
         #expect(run.values["trackingRun"] == "timedOut")
     }
 
+    /// The main actor's executor never re-enters: a main-actor job that runs the main loop nested
+    /// with an `inout` access to main-actor state open never sees another main-actor job inside
+    /// (1,000 rounds; before, "Fatal access conflict detected"), and the main queue and the main
+    /// actor never run inside each other.
+    @Test func theMainActorNeverRunsInsideItsOwnNestedRun() throws {
+        let run = try probe("nested-main-actor")
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.values["rounds"] == "1000")
+        #expect(run.values["outOfOrder"] == "0")
+        #expect(
+            run.values["order"] == "main-actor job returns,main-queue block,main-queue block returns,main-actor job",
+            "\(run.values)")
+    }
+
     /// `stopMain(status:)` ends `runMain()` with that status: the program's exit status.
     @Test func stoppingTheMainLoopEndsTheProgramWithItsStatus() throws {
         let run = try probe("exit-status")

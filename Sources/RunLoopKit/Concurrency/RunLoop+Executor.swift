@@ -43,15 +43,27 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     }
 
     /// Runs `job` on the loop's thread isolated to the loop (an actor's job, the main actor's when
-    /// this is the main loop): as ``enqueue(_:)``, with `executor` (the loop's serial executor,
-    /// ``asUnownedSerialExecutor()``) as the job's isolation and no task executor (naming one would
+    /// this is the main loop): as ``enqueue(_:)``, with the loop's serial executor
+    /// (``asUnownedSerialExecutor()``) as the job's isolation and no task executor (naming one would
     /// make the runtime hop through the queue again at the next call into the same isolation from
     /// a task that prefers no executor). Any thread.
-    package func enqueueIsolated(_ job: consuming ExecutorJob, to executor: UnownedSerialExecutor) {
+    ///
+    /// The serial executor never re-enters: if the block finds another of its jobs on the thread's
+    /// stack (that job runs the loop nested), this one waits and runs when that job returns
+    /// (``LoopSerialExecutor/run(_:)``).
+    package func enqueueIsolated(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        let executor = serialExecutor
         perform(inModes: RunLoop.commonModesOnly) {
-            job.runSynchronously(on: executor)
+            executor.run(job)
         }
+    }
+
+    /// Runs `job` isolated to the loop, now, from one of the loop's callouts (a timer that ends a
+    /// sleep), or once the job of the loop's serial executor that is on the thread's stack
+    /// returns. On the loop's thread.
+    package func runIsolated(_ job: UnownedJob) {
+        serialExecutor.run(job)
     }
 
     /// The loop's serial executor, for an actor's `unownedExecutor`:
@@ -114,7 +126,7 @@ extension LoopSerialExecutor: SerialExecutor {
             Diagnostics.warning("a job for an actor pinned to a run loop came after the loop was gone; dropped")
             return
         }
-        loop.enqueueIsolated(job, to: asUnownedSerialExecutor())
+        loop.enqueueIsolated(job)
     }
 
     func checkIsolated() {

@@ -121,13 +121,24 @@ enum MainQueueDrain {
             )
             return
         }
+        // The handler runs only on the main loop's thread, in one of its runs: RunLoop.main exists.
+        let loop = RunLoop.main
+        // The main queue and the main loop's serial executor (the main actor's, once
+        // RunLoopConcurrency installs it; actors pinned to RunLoop.main) are one isolation, as on
+        // Darwin's main thread: neither runs inside the other. Inside a nested run started by such
+        // a job, the queue waits (its eventfd stays set) and rejoins when that job returns.
+        let executor = loop.serialExecutor
+        guard executor.enterExclusive() else {
+            loop.remove(source, forMode: .common)
+            executor.whenIdle { loop.add(source, forMode: .common) }
+            return
+        }
+        defer { executor.leaveExclusive() }
         do throws(Errno) { try Counter.drain(source.descriptor, .caller) } catch {
             // Not expected (the eventfd was reported readable); libdispatch's queue is drained
             // anyway, and the next wait reports the eventfd again if it is still set.
             Diagnostics.error("reading libdispatch's main-queue descriptor \(source.descriptor) failed: \(error)")
         }
-        // The handler runs only on the main loop's thread, in one of its runs: RunLoop.main exists.
-        let loop = RunLoop.main
         loop.remove(source, forMode: .common)
         _dispatch_main_queue_callback_4CF(nil)
         // Level-triggered: if blocks were queued meanwhile, libdispatch wrote the eventfd again and
