@@ -173,3 +173,5 @@ bool crlk_set_virtual_time(bool on, int64_t now_ns, int64_t *previous_ns) {
 }
 
 void crlk_set_virtual_now(int64_t now_ns) { virtual_time_now = now_ns; }
+
+bool crlk_is_on_virtual_time(void) { return virtual_time_on; }

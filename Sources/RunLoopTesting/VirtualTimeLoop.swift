@@ -90,6 +90,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     }
 
     init() {
+        GlobalJobRouting.install()
         let startNs = RunLoop.nanoseconds(of: ContinuousClock.now)
         scope = VirtualTimeScope(startNs: startNs, policy: drive)
         start = RunLoop.instant(ofNanoseconds: startNs)

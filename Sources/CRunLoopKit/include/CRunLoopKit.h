@@ -40,6 +40,9 @@ bool crlk_set_virtual_time(bool on, int64_t now_ns, int64_t *previous_ns);
 /// Sets the calling thread's virtual clock (it must be on virtual time).
 void crlk_set_virtual_now(int64_t now_ns);
 
+/// Whether the calling thread is on virtual time (a thread-local read).
+bool crlk_is_on_virtual_time(void);
+
 /// A bound CLOCK_BOOTTIME (``crlk_boottime_ns``) has not passed yet, for a few nanoseconds instead
 /// of a precise read's twenty-odd: the coarse monotonic clock (updated every scheduler tick) plus
 /// the boot-time offset (re-read at least once a second) plus a margin of 100 ms, far above a

@@ -119,6 +119,17 @@ extension RunLoop {
         virtualClockNs.store(ns, ordering: .releasing)
     }
 
+    /// The calling thread's loop while the thread is on virtual time (the innermost scope's loop),
+    /// without making one; nil on a thread on real time. Any thread: two thread-local reads.
+    package static var virtualTimeLoopOfCurrentThread: RunLoop? {
+        guard crlk_is_on_virtual_time(), let raw = pthread_getspecific(ThreadLoops.key) else { return nil }
+        let loop = Unmanaged<RunLoop>.fromOpaque(raw).takeUnretainedValue()
+        return loop.virtualNowNs == nil ? nil : loop
+    }
+
+    /// Whether the loop is on virtual time (made by RunLoopTesting's `withVirtualTime`). Any thread.
+    package var isOnVirtualTime: Bool { virtualNowNs != nil }
+
     /// The loop's virtual clock if it is on virtual time, from any thread.
     var virtualNowNs: Int64? {
         let ns = virtualClockNs.load(ordering: .acquiring)
