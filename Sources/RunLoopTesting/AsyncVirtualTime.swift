@@ -3,6 +3,7 @@ import Dispatch
 import Glibc
 import RunLoopKit
 import Synchronization
+import Testing
 
 import class RunLoopKit.RunLoop
 
@@ -52,18 +53,17 @@ import class RunLoopKit.RunLoop
 /// enqueue run on the global pool. See the RunLoopTesting article "Testing async code on virtual
 /// time".
 ///
-/// - Precondition: Called from nonisolated code (a nonisolated test function): the body must run
-///   on the scope's thread, and code isolated to an actor runs on that actor's executor. The
-///   process stops with a message otherwise.
-/// - Throws: What `body` throws; else a ``VirtualTimeError`` the loop reported while it ran what
-///   was due as `body` waited (a livelock, for example).
+/// - Throws: ``VirtualTimeMisuse`` before `body` runs when called from code isolated to an actor
+///   (the body must run on the scope's thread, and an actor's code runs on its executor); what
+///   `body` throws; else a ``VirtualTimeError`` the loop reported while it ran what was due as
+///   `body` waited (a livelock, for example).
 @_disfavoredOverload  // a closure with no `await` keeps choosing the synchronous scope
 public func withVirtualTime<Result>(
     isolation: isolated (any Actor)? = #isolation,
     _ body: (VirtualTimeLoop) async throws -> Result
 ) async throws -> Result {
     if let isolation {
-        fatalError(
+        throw VirtualTimeMisuse(
             "withVirtualTime { time async in … }: called from code isolated to \(isolation); its body must run on the virtual loop's thread, which an actor's code cannot: call it from a nonisolated function (a test function without @MainActor)"
         )
     }
@@ -215,4 +215,73 @@ final class VirtualTimeDriver: TaskExecutor, @unchecked Sendable {
         }
         if let (continuation, error) = finished { continuation.resume(returning: error) }
     }
+}
+
+extension VirtualTimeLoop {
+    /// The scope of the test that runs with the ``VirtualTimeTrait`` (`@Test(.virtualTime)`), or of
+    /// the innermost async ``withVirtualTime(isolation:_:)`` around the caller; nil elsewhere.
+    @TaskLocal public static var current: VirtualTimeLoop?
+}
+
+/// A swift-testing trait: the test (or each test of the suite) runs in an async virtual-time scope
+/// (``withVirtualTime(isolation:_:)``), which ``VirtualTimeLoop/current`` names inside it.
+///
+/// <!-- snippet: prelude
+/// import Testing
+/// -->
+/// ```swift
+/// @Test(.virtualTime) func retriesBackOff() async throws {
+///     let time = try #require(VirtualTimeLoop.current)
+///     try await time.advance(by: .seconds(1))
+/// }
+/// ```
+///
+/// The test function must be nonisolated (no `@MainActor`): it runs on the scope's thread. It
+/// cannot be combined with ``MainLoopRunningTrait`` or ``LoopThreadTrait``, which run the test
+/// elsewhere: the test fails with ``VirtualTimeMisuse`` naming both.
+public struct VirtualTimeTrait: TestTrait, SuiteTrait, TestScoping {
+    public var isRecursive: Bool { true }
+
+    public func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        try TestScopeKind.enter(.virtualTime, test: test.name)
+        try await TestScopeKind.$current.withValue(.virtualTime) {
+            try await withVirtualTime { time in
+                try await VirtualTimeLoop.$current.withValue(time) { try await function() }
+            }
+        }
+    }
+}
+
+extension Trait where Self == VirtualTimeTrait {
+    /// Runs the test in an async virtual-time scope (see ``VirtualTimeTrait``).
+    public static var virtualTime: Self { Self() }
+}
+
+/// Which of RunLoopTesting's scoping traits runs the current test: two that place the test on
+/// different threads cannot both hold.
+enum TestScopeKind: String, Sendable {
+    case virtualTime = ".virtualTime"
+    case mainLoopRunning = ".mainLoopRunning"
+    case onLoopThread = ".onLoopThread"
+
+    @TaskLocal static var current: TestScopeKind?
+
+    /// Throws if another of these traits already scopes the test.
+    static func enter(_ kind: TestScopeKind, test: String) throws(VirtualTimeMisuse) {
+        guard let other = current, other != kind else { return }
+        throw VirtualTimeMisuse(
+            "RunLoopTesting: test '\(test)' has both \(other.rawValue) and \(kind.rawValue); they run the test on different threads (the main loop's, a loop thread's, a virtual-time scope's). Keep one; for virtual time with a loop, use the scope's own loop (VirtualTimeLoop.current?.runLoop)"
+        )
+    }
+}
+
+/// A virtual-time scope used where it cannot work: called from code isolated to an actor, or
+/// combined with another trait that runs the test on another thread. The description says what to
+/// do instead.
+public struct VirtualTimeMisuse: Error, CustomStringConvertible {
+    /// What was wrong, and what to do.
+    public let description: String
+    init(_ description: String) { self.description = description }
 }

@@ -133,7 +133,10 @@ public struct MainLoopRunningTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        try await withMainLoopRunning { try await function() }
+        try TestScopeKind.enter(.mainLoopRunning, test: test.name)
+        try await TestScopeKind.$current.withValue(.mainLoopRunning) {
+            try await withMainLoopRunning { try await function() }
+        }
     }
 }
 
@@ -145,7 +148,10 @@ public struct LoopThreadTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        try await withLoopThread(name: "test-loop") { _ in try await function() }
+        try TestScopeKind.enter(.onLoopThread, test: test.name)
+        try await TestScopeKind.$current.withValue(.onLoopThread) {
+            try await withLoopThread(name: "test-loop") { _ in try await function() }
+        }
     }
 }
 

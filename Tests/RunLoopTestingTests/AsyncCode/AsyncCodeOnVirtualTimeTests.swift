@@ -151,3 +151,50 @@ final class Fires: Sendable {
         }
     }
 }
+
+/// The `.virtualTime` trait, written as a newcomer would from its docs.
+@Suite struct VirtualTimeTraitTests {
+    @Test(.virtualTime) func aTestWithTheTraitRunsOnVirtualTime() async throws {
+        let time = try #require(VirtualTimeLoop.current)
+        let fires = Fires(time)
+        let debouncer = Debouncer<Int>(clock: time.clock, delay: .seconds(1)) { fires.record($0) }
+        debouncer.send(7)
+        try await time.advance(by: .seconds(5))
+        #expect(fires.all == [Fire(value: 7, at: .seconds(1))])
+    }
+
+    /// Combined with a trait that runs the test on another thread, the scope refuses, saying why.
+    @Test(.onLoopThread) func theTraitRefusesToNestInAnotherThreadTrait() async throws {
+        let test = try #require(Test.current)
+        await #expect {
+            let trait: VirtualTimeTrait = .virtualTime
+            try await trait.provideScope(for: test, testCase: Test.Case.current) {}
+        } throws: { error in
+            "\(error)".contains("has both .onLoopThread and .virtualTime")
+        }
+    }
+
+    /// Called from main-actor code, the async scope refuses before its body runs.
+    @Test @MainActor func theAsyncScopeRefusesAnIsolatedCaller() async throws {
+        let ran = TestEvent()
+        await #expect {
+            try await withVirtualTime { _ async in ran.fire() }
+        } throws: { error in
+            "\(error)".contains("call it from a nonisolated function")
+        }
+        #expect(!ran.read { $0 })
+    }
+
+    /// Async scopes nest: the inner one has a loop and a clock of its own.
+    @Test func asyncScopesNest() async throws {
+        try await withVirtualTime { outer in
+            try await outer.advance(by: .seconds(1))
+            try await withVirtualTime { inner in
+                #expect(inner.runLoop !== outer.runLoop)
+                try await inner.advance(by: .seconds(3))
+                #expect(inner.elapsed == .seconds(3))
+            }
+            #expect(outer.elapsed == .seconds(1))
+        }
+    }
+}
