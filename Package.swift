@@ -36,6 +36,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         // `swift package generate-documentation --target RunLoopKit`; no code of it is linked.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Tests only: swift-clocks' TestClock beside RunLoopTesting's virtual time.
+        .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.1.1"),
         // Trait `OpenCombine` only.
         .package(url: "https://github.com/OpenCombine/OpenCombine", from: "0.14.0"),
         // Trait `SwiftNIO` only.
@@ -281,7 +283,11 @@ let package = Package(
         ),
         .testTarget(
             name: "RunLoopTestingTests",
-            dependencies: ["RunLoopKit", "RunLoopTesting", "RunLoopScheduling", "SharedTestSupport"]
+            dependencies: [
+                "RunLoopKit", "RunLoopTesting", "RunLoopScheduling", "SharedTestSupport",
+                // swift-clocks' TestClock, compared with virtual time on the same async code.
+                .product(name: "Clocks", package: "swift-clocks"),
+            ]
         ),
         .testTarget(
             name: "RunLoopSchedulingTests",
