@@ -76,16 +76,21 @@ extension RunLoop {
     }
 
     /// Runs `job` on the loop's thread at `instant` of `clock` (converted to the loop's clock
-    /// through `clock.now`, unless it is a ``RunLoopClock`` or `ContinuousClock`, whose instants
-    /// are the loop's).
+    /// through `clock.now`, unless it is a ``RunLoopClock``, or a `ContinuousClock` on a loop on
+    /// real time, whose instants are the loop's; on a loop on virtual time a `ContinuousClock`
+    /// deadline is a real one, so its delay counts from the virtual now).
     func enqueue<C: Clock>(
         _ job: consuming ExecutorJob, at instant: C.Instant, tolerance: C.Duration?, clock: C
     ) {
         let toleranceNs = tolerance.flatMap(Self.nanoseconds) ?? 0
         let job = UnownedJob(job)
-        if let deadline = instant as? ContinuousClock.Instant, clock is ContinuousClock || clock is RunLoopClock {
+        if let deadline = instant as? ContinuousClock.Instant, clock is RunLoopClock {
+            scheduleJob(job, at: deadline, toleranceNs: toleranceNs)
+        } else if let deadline = instant as? ContinuousClock.Instant, clock is ContinuousClock, !isOnVirtualTime {
             scheduleJob(job, at: deadline, toleranceNs: toleranceNs)
         } else {
+            // Another clock, or a ContinuousClock deadline (`Task.sleep(for:)`'s, read on the real
+            // clock) for a loop on virtual time: the same delay from the loop's own now.
             let delay = Self.nanoseconds(clock.now.duration(to: instant)) ?? 0
             scheduleJob(job, afterNanoseconds: delay, tolerance: toleranceNs)
         }

@@ -28,12 +28,17 @@ extension RunLoop {
     /// timer.invalidate()
     /// ```
     ///
+    /// On a loop on virtual time (``withVirtualTime(_:)``), `timeout` is virtual: the runs move the
+    /// virtual clock, and the call returns when it reaches the deadline, whatever real time passed.
+    ///
     /// - Precondition: Called on the loop's own thread.
     @discardableResult
     public func run(mode: Mode = .default, timeout: Duration, until condition: () -> Bool) -> Bool {
         if condition() { return true }
-        // A year at most: an instant plus a larger duration would overflow.
-        let deadline = ContinuousClock.now.advanced(by: min(max(timeout, .zero), .seconds(365 * 86400)))
+        // A year at most: an instant plus a larger duration would overflow. On the loop's own
+        // clock (`RunLoop.now` on its thread): virtual time on a loop made by withVirtualTime, so
+        // the runs, which move virtual time, end at the virtual deadline.
+        let deadline = RunLoop.now.advanced(by: min(max(timeout, .zero), .seconds(365 * 86400)))
         // The run this call makes is one level deeper than the caller's: its observer stops that
         // run only, never one nested inside it by a callout (which has its own condition).
         let depth = runDepth + 1
@@ -46,10 +51,10 @@ extension RunLoop {
             add(observer, forMode: mode)
             defer { observer.invalidate() }
             while true {
-                let remaining = ContinuousClock.now.duration(to: deadline)
+                let remaining = RunLoop.now.duration(to: deadline)
                 let result = run(mode: mode, for: max(remaining, .zero))
                 if condition() { return true }
-                if result == .finished || ContinuousClock.now >= deadline { return false }
+                if result == .finished || RunLoop.now >= deadline { return false }
                 // Stopped by another caller, or a source handled: run again until the deadline.
             }
         }

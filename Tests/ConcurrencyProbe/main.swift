@@ -33,6 +33,7 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         case "main-actor": mainActor()
         case "exit-status": exitStatus()
         case "nested-main-actor": nestedMainActor()
+        case "virtual-sleep": virtualSleep()
         case "twice":
             RunLoopConcurrency.installMainExecutor()
             RunLoopConcurrency.installMainExecutor()
@@ -159,6 +160,40 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
             }
         }
         CFRunLoopRun()
+    }
+
+    /// With the main executor installed, `Task.sleep` by a task on a virtual-time loop is a timer
+    /// of that loop, due on virtual time: a task that prefers the loop, and a plain `Task {}` the
+    /// scope routes to its loop, each sleep 5 s and resume inside `advance(by: 5 s)`, 4 rounds.
+    static func virtualSleep() {
+        RunLoopConcurrency.installMainExecutor()
+        var resumed = 0
+        for _ in 0..<4 {
+            do {
+                try withVirtualTime { time in
+                    let preferring = Task(executorPreference: time.runLoop) {
+                        try await Task.sleep(for: .seconds(5))
+                        return time.runLoop.isCurrent
+                    }
+                    let plain = Task {
+                        try await Task.sleep(for: .seconds(5))
+                        return time.runLoop.isCurrent
+                    }
+                    try time.advance(by: .milliseconds(4_999))
+                    let early = LoopBound(false)
+                    let check = Task(executorPreference: time.runLoop) { _ = await (preferring.result, plain.result); early.value = true }
+                    try time.runUntilIdle()
+                    if early.value { report("early", true) }
+                    try time.advance(by: .milliseconds(1))
+                    if early.value { resumed += 1 }
+                    _ = check
+                }
+            } catch {
+                report("error", error)
+            }
+        }
+        report("resumed", resumed)
+        exit(0)
     }
 
     static func exitStatus() {

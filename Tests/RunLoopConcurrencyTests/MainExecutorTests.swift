@@ -47,6 +47,15 @@ import Testing
             "\(run.values)")
     }
 
+    /// With the main executor installed, `Task.sleep` on a virtual-time loop's thread is due on
+    /// virtual time (before: a real deadline on the virtual loop, which never resumed 3 runs of 4).
+    @Test func taskSleepOnAVirtualTimeLoopResumesInAdvance() throws {
+        let run = try probe("virtual-sleep")
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.values["early"] == nil)
+        #expect(run.values["resumed"] == "4", "\(run.values)")
+    }
+
     /// `stopMain(status:)` ends `runMain()` with that status: the program's exit status.
     @Test func stoppingTheMainLoopEndsTheProgramWithItsStatus() throws {
         let run = try probe("exit-status")

@@ -431,3 +431,26 @@ import class RunLoopKit.RunLoop
         #expect(beats.value == [.seconds(1), .seconds(4), .seconds(5), .seconds(6)])
     }
 }
+
+/// Waiting helpers and ordered performers on a loop on virtual time follow virtual time.
+@Suite struct VirtualTimeWaitTests {
+    /// `run(timeout:until:)` on a virtual-time loop: the timeout is virtual. Before, a 500 ms
+    /// timeout was real time while the runs moved virtual time (2,568 s passed: 256 fires of a
+    /// 10 s timer).
+    @Test func runUntilTakesItsTimeoutOnVirtualTime() throws {
+        withVirtualTime { time in
+            let fires = LoopBound(0)
+            let timer = RunLoopTimer(after: .seconds(10), repeating: .seconds(10)) { _ in fires.value += 1 }
+            time.runLoop.add(timer, forMode: .default)
+            let held = time.runLoop.run(timeout: .milliseconds(500)) { false }
+            #expect(!held)
+            #expect(time.elapsed == .milliseconds(500))
+            #expect(fires.value == 0)
+            // And a condition a timer makes true ends the run at the timer's instant.
+            let done = time.runLoop.run(timeout: .seconds(60)) { fires.value == 2 }
+            #expect(done)
+            #expect(time.elapsed == .seconds(20))
+            timer.invalidate()
+        }
+    }
+}
