@@ -11,6 +11,8 @@ let package = Package(
         // RunLoop.main as the main actor's executor: Swift 6.3's experimental executor SPI, in a
         // product of its own so that a toolchain's change to the SPI breaks only this one.
         .library(name: "RunLoopConcurrency", targets: ["RunLoopConcurrency"]),
+        // An async `main` on RunLoop.main: linking it sets the runtime's drain hook before main.
+        .library(name: "RunLoopAsyncMain", targets: ["RunLoopAsyncMain"]),
         // RunLoop as an OpenCombine scheduler and a timer publisher; built only with the
         // `OpenCombine` trait, so OpenCombine never enters RunLoopKit's build.
         .library(name: "RunLoopCombine", targets: ["RunLoopCombine"]),
@@ -88,6 +90,16 @@ let package = Package(
         .target(name: "RunLoopConcurrency", dependencies: ["RunLoopKit"]),
         // Test-only: programs with a synchronous main that install RunLoop.main as the main
         // actor's executor (Tests/ConcurrencyProbe); RunLoopConcurrencyTests launch them.
+        // The drain hook's constructor (C: it must run before main) and its Swift side.
+        .target(name: "CRunLoopAsyncMain"),
+        .target(name: "RunLoopAsyncMain", dependencies: ["CRunLoopAsyncMain", "RunLoopKit", "RunLoopConcurrency"]),
+        // An async main linked with RunLoopAsyncMain; RunLoopConcurrencyTests launch it (no test
+        // target links the product: it would take over the test runner's own main).
+        .executableTarget(
+            name: "AsyncMainProbe",
+            dependencies: ["RunLoopAsyncMain", "RunLoopConcurrency", "RunLoopKit"],
+            path: "Tests/AsyncMainProbe"
+        ),
         .executableTarget(
             name: "ConcurrencyProbe",
             dependencies: ["RunLoopKit", "RunLoopConcurrency", "RunLoopTesting"],

@@ -24,7 +24,6 @@ import class RunLoopKit.RunLoop
 /// ```
 public enum RunLoopConcurrency {
     private static let installed = Atomic<Bool>(false)
-    private static let exitStatus = Atomic<Int32>(0)
 
     /// Makes `RunLoop.main` the main actor's executor, and a task that sleeps on any loop's
     /// thread (an actor pinned to a loop, the main actor) sleep on that loop's timers.
@@ -60,16 +59,38 @@ public enum RunLoopConcurrency {
 
     /// Runs the main loop as the main actor's executor until ``stopMain(status:)``, and returns
     /// that status (for `exit(_:)`). On the main thread.
+    ///
+    /// Use this, not `RunLoop.main.run()`, to keep ``stopMain(status:)``'s status: `run()` ends
+    /// on the stop too but returns nothing. A `stopMain` that came before this call (from a task
+    /// started earlier, or another thread) is kept: this then returns its status at once. A
+    /// `RunLoop.main.stop()` from elsewhere ends it with status 0.
     public static func runMain() -> Int32 {
-        exitStatus.store(0, ordering: .relaxed)
+        if let status = takePendingStop() { return status }
         RunLoop.main.run()
-        return exitStatus.load(ordering: .acquiring)
+        return takePendingStop() ?? 0
     }
 
-    /// Ends ``runMain()`` with `status`. Any thread.
+    /// Ends ``runMain()`` with `status`; if `runMain()` is not running yet, the next call returns
+    /// `status` at once. Any thread.
     public static func stopMain(status: Int32 = 0) {
-        exitStatus.store(status, ordering: .releasing)
+        pendingStop.locked { $0 = status }
         RunLoop.main.stop()
+        // A stop that reaches the main loop just before its run starts is dropped (as
+        // CFRunLoopStop's is); this block stops that run at its first pass if the stop is still
+        // pending then. It does nothing once runMain() has taken the stop.
+        RunLoop.main.perform(inModes: [.common]) {
+            if pendingStop.locked({ $0 != nil }) { RunLoop.main.stop() }
+        }
+    }
+
+    /// The status of a ``stopMain(status:)`` that ``runMain()`` has not returned yet.
+    private static let pendingStop = Mutex<Int32?>(nil)
+
+    private static func takePendingStop() -> Int32? {
+        pendingStop.locked { pending in
+            defer { pending = nil }
+            return pending
+        }
     }
 }
 

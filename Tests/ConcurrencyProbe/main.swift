@@ -34,6 +34,12 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         case "exit-status": exitStatus()
         case "nested-main-actor": nestedMainActor()
         case "virtual-sleep": virtualSleep()
+        case "stop-before-run":
+            RunLoopConcurrency.installMainExecutor()
+            RunLoopConcurrency.stopMain(status: 5)
+            let status = RunLoopConcurrency.runMain()
+            report("runMainReturned", status)
+            exit(status)
         case "twice":
             RunLoopConcurrency.installMainExecutor()
             RunLoopConcurrency.installMainExecutor()

@@ -47,6 +47,40 @@ import Testing
             "\(run.values)")
     }
 
+    /// An async main linked with RunLoopAsyncMain runs on RunLoop.main: its body on the main
+    /// loop's thread, its main-actor steps during a tracking run entered from the loop (a 200 ms
+    /// run, 10 ms steps: at least 5 of about 20, room for a loaded machine), and its return ends
+    /// the program with 0; stopMain(status:) with that status.
+    @Test func anAsyncMainRunsOnTheMainLoop() throws {
+        let run = try runProbe("AsyncMainProbe", [], timeout: .seconds(60))
+        let values = Self.values(run.stdout)
+        #expect(run.status == 0, "\(run.stdout) \(run.stderr)")
+        #expect(values["installed"] == "true")
+        #expect(values["bodyOnMainLoopThread"] == "true")
+        #expect(values["stillOnMainLoopThread"] == "true")
+        #expect(values["trackingRun"] == "timedOut")
+        #expect(Int(values["stepsDuringTracking"] ?? "") ?? 0 >= 5, "\(values)")
+        let stopped = try runProbe("AsyncMainProbe", ["stop"], timeout: .seconds(60))
+        #expect(stopped.status == 4, "\(stopped.stdout) \(stopped.stderr)")
+    }
+
+    private static func values(_ stdout: String) -> [String: String] {
+        var values: [String: String] = [:]
+        for line in stdout.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            values[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return values
+    }
+
+    /// A `stopMain(status:)` before `runMain()` is kept: `runMain()` returns its status at once
+    /// (before, the stop was lost and `runMain()` never returned).
+    @Test func aStopBeforeRunMainIsKept() throws {
+        let run = try probe("stop-before-run")
+        #expect(run.values["runMainReturned"] == "5", "\(run.stderr)")
+        #expect(run.status == 5)
+    }
+
     /// With the main executor installed, `Task.sleep` on a virtual-time loop's thread is due on
     /// virtual time (before: a real deadline on the virtual loop, which never resumed 3 runs of 4).
     @Test func taskSleepOnAVirtualTimeLoopResumesInAdvance() throws {
