@@ -33,7 +33,12 @@ func report(_ key: String, _ value: Any) {
         }
         report("stepsDuringTracking", stepsDuringTracking)
         report("stillOnMainLoopThread", RunLoop.main.isCurrent)
-        if scenario == "stop" { RunLoopConcurrency.stopMain(status: 4) }
+        if scenario == "stop" {
+            // The main loop's run ends with the stop; runMain()'s status becomes the process's.
+            // (Returning from here at once would exit(0) first: the body's return ends the program.)
+            RunLoopConcurrency.stopMain(status: 4)
+            try? await Task.sleep(for: .seconds(10))
+        }
         // Returning ends the program with status 0.
     }
 }
