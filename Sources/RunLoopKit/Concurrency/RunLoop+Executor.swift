@@ -24,22 +24,18 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     ///
     /// Jobs do not run while the loop is not running, or while it runs in a mode that is not
     /// common, and they do not keep a run alive once they are done (give the loop a source or a
-    /// timer). Once the loop's thread has exited, jobs are dropped (with a warning): a task
-    /// waiting for a loop whose thread has exited never resumes.
+    /// timer). Once the loop's thread has exited, a job (one queued then, or one that comes
+    /// later) runs on the global concurrent executor instead: the task is not isolated to the
+    /// loop, so it goes on there and finds the loop gone (its ``RunLoopClock`` sleeps throw
+    /// ``RunLoop/PerformError/threadExited``).
     ///
     /// - Important: Give an actor `loop.asUnownedSerialExecutor()`, never an
     ///   `UnownedSerialExecutor` made from the loop object itself: the loop runs what it is given
     ///   as a task's job, so that actor's jobs would never be isolated to it.
     ///
-    /// - Complexity: O(1) amortized; one allocation (the block).
+    /// - Complexity: O(1) amortized; no allocation (the job rides in the block queue as it is).
     public func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        // Unowned is enough: the block lives in this loop's own queue, so it can only run while
-        // the loop exists.
-        let taskExecutor = asUnownedTaskExecutor()
-        perform(inModes: RunLoop.commonModesOnly) {
-            job.runSynchronously(on: taskExecutor)
-        }
+        enqueue(PendingBlock(modes: .one(.common), work: .taskJob(UnownedJob(job))))
     }
 
     /// Runs `job` on the loop's thread isolated to the loop (an actor's job, the main actor's when
@@ -52,11 +48,7 @@ extension RunLoop: SerialExecutor, TaskExecutor {
     /// stack (that job runs the loop nested), this one waits and runs when that job returns
     /// (``LoopSerialExecutor/run(_:)``).
     package func enqueueIsolated(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = serialExecutor
-        perform(inModes: RunLoop.commonModesOnly) {
-            executor.run(job)
-        }
+        enqueue(PendingBlock(modes: .one(.common), work: .isolatedJob(UnownedJob(job))))
     }
 
     /// Runs `job` isolated to the loop, now, from one of the loop's callouts (a timer that ends a

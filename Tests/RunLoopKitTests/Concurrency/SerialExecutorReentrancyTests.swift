@@ -121,3 +121,29 @@ extension NestingActor {
         trace.append("nested run ends")
     }
 }
+
+/// Tasks bound to a loop whose thread exits: they go on (the loop's sleeps end with
+/// `threadExited`, as RunLoopClock's docs say), instead of never resuming.
+@Suite struct DeadLoopTaskTests {
+    @Test func aTaskThatPrefersALoopGoesOnWhenItsThreadExits() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-conc-dead"))
+        let loop = host.loop
+        let sleeping = TestEvent()
+        let sleeper = Task(executorPreference: loop) {
+            sleeping.fire()
+            do {
+                try await loop.clock.sleep(for: .seconds(600))
+                return "woke"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(await sleeping.waitAsync(timeout: concurrencyPatience) { $0 })
+        #expect(await host.finish())
+        let outcome = await completes { await sleeper.value }
+        #expect(try outcome?.get() == "\(RunLoop.PerformError.threadExited)")
+        // A task that prefers the loop, started after its thread exited, runs too.
+        let late = await completes { await Task(executorPreference: loop) { 7 }.value }
+        #expect(try late?.get() == 7)
+    }
+}

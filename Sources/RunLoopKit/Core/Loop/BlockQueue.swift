@@ -31,15 +31,25 @@ final class BlockQueue: @unchecked Sendable {
     private var filling = Unmanaged.passRetained(BlockBuffer())
     private let hasPending = Atomic<Bool>(false)
 
-    /// Appends a block. Any thread.
+    /// Set under the lock by ``close()``: pushes are refused from then on.
+    private var closed = false
+
+    /// Appends a block; returns it instead once the queue is closed (its loop's thread exited).
+    /// Any thread.
     ///
     /// - Complexity: O(1) amortized.
-    func push(_ block: consuming PendingBlock) {
+    @inline(__always)
+    func push(_ block: consuming PendingBlock) -> PendingBlock? {
         lock()
+        if _slowPath(closed) {
+            unlock()
+            return block
+        }
         unowned(unsafe) let buffer = filling.takeUnretainedValue()  // kept alive by `filling`'s +1
         buffer.append(block)
         hasPending.store(true, ordering: .relaxed)
         unlock()
+        return nil
     }
 
     /// Whether blocks are queued (a hint: exact for the consumer once it has synchronized with the
@@ -73,15 +83,17 @@ final class BlockQueue: @unchecked Sendable {
         spare = full
     }
 
-    /// Drops every queued block.
-    func removeAll() {
+    /// Closes the queue (later pushes are refused) and returns the blocks queued so far, in order,
+    /// for the caller to drop. Consumer only.
+    func close() -> BlockBuffer {
         let empty = Unmanaged.passRetained(BlockBuffer())
         lock()
-        let dropped = filling
+        closed = true
+        let queued = filling
         filling = empty
         hasPending.store(false, ordering: .relaxed)
         unlock()
-        dropped.release()  // its blocks are destroyed outside the lock
+        return queued.takeRetainedValue()  // its blocks are handled outside the lock
     }
 
     deinit { filling.release() }

@@ -9,8 +9,56 @@ struct PendingBlock: Sendable {
         case many([RunLoop.Mode])
     }
 
+    /// What the block does when it runs.
+    enum Work: Sendable {
+        /// A closure given to ``RunLoop/perform(inModes:_:)->()``.
+        case closure(@Sendable () -> Void)
+        /// A job of a task that prefers the loop, run with the loop as its task executor. Carried
+        /// without a closure: the runtime's hop to the loop allocates nothing here.
+        case taskJob(UnownedJob)
+        /// A job isolated to the loop's serial executor (an actor's), run through it so that it
+        /// never starts inside another of its jobs.
+        case isolatedJob(UnownedJob)
+    }
+
     let modes: Modes
-    let body: @Sendable () -> Void
+    let work: Work
+
+    init(modes: Modes, body: @escaping @Sendable () -> Void) {
+        self.modes = modes
+        self.work = .closure(body)
+    }
+
+    init(modes: Modes, work: Work) {
+        self.modes = modes
+        self.work = work
+    }
+
+    /// Runs the block on `loop`'s thread.
+    @inline(__always)
+    func run(on loop: RunLoop) {
+        switch work {
+        case .closure(let body): body()
+        case .taskJob(let job): job.runSynchronously(on: loop.asUnownedTaskExecutor())
+        case .isolatedJob(let job): loop.serialExecutor.run(job)
+        }
+    }
+
+    /// The block will never run: `loop`'s thread exited. A task's job goes on on the global
+    /// concurrent executor (the task is not isolated to the loop; it finds the loop gone); an
+    /// actor's job cannot run anywhere else, so its task never resumes (a warning says so).
+    func dropped(by loop: RunLoop) {
+        switch work {
+        case .closure:
+            break
+        case .taskJob(let job):
+            globalConcurrentExecutor.enqueue(ExecutorJob(job))
+        case .isolatedJob:
+            Diagnostics.warning(
+                "a job of an actor pinned to \(loop.shortDescription) came after its thread exited; dropped (the actor's task never resumes)"
+            )
+        }
+    }
 
     /// Whether the block may run in `mode` (``RunLoop/Mode/common`` matches every common mode).
     @inline(__always)

@@ -351,16 +351,20 @@ extension RunLoop {
         enqueue(PendingBlock(modes: .defaultOnly, body: block))
     }
 
-    /// Hands a block to the loop's inbox and wakes the loop; drops it (with a warning) once the
-    /// loop's thread has exited.
+    /// Hands a block to the loop's inbox and wakes the loop; drops it once the loop's thread has
+    /// exited (a closure with a warning; a job as ``PendingBlock/dropped(by:)`` says). The inbox
+    /// decides under its lock, so a block is either queued before the thread's exit closes the
+    /// inbox (and the exit drops it the same way) or refused here: none is left behind.
     @inline(__always)
-    private func enqueue(_ block: consuming PendingBlock) {
+    func enqueue(_ block: consuming PendingBlock) {
         preconditionNotForked("perform(_:)")
-        guard !blocksClosed.load(ordering: .acquiring) else {
-            Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+        if let refused = inbox.push(block) {
+            if case .closure = refused.work {
+                Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
+            }
+            refused.dropped(by: self)
             return
         }
-        inbox.push(block)
         requestWakeUp()
     }
 

@@ -306,7 +306,7 @@ extension RunLoop {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                     if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
                     calloutBegins(.block, label: 0)
-                    block.body()
+                    block.run(on: self)
                     calloutEnds()
                     if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {
@@ -319,7 +319,7 @@ extension RunLoop {
                 if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
                     if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
                     calloutBegins(.block, label: 0)
-                    block.body()
+                    block.run(on: self)
                     calloutEnds()
                     if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
                 } else {

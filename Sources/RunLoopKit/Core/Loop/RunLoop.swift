@@ -322,10 +322,11 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         // so owned descriptors are closed and later sends throw instead of piling up.
         for item in sources1 { item.invalidateItem() }
         // Blocks still queued can never run now; the thread exit drops them (this runs on the
-        // loop's own thread, the queue's consumer).
+        // loop's own thread, the queue's consumer): a task's job goes on elsewhere.
         blocksClosed.store(true, ordering: .releasing)
-        inbox.removeAll()
-        confined.blocks.removeAll()
+        let queued = inbox.close()
+        while let block = confined.blocks.popFirst() { block.dropped(by: self) }
+        while let block = queued.popFirst() { block.dropped(by: self) }
         backend?.close()
     }
 
