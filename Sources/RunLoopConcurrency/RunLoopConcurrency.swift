@@ -10,10 +10,12 @@ import class RunLoopKit.RunLoop
 /// needs a synchronous `main`).
 ///
 /// <!-- snippet: prelude
-/// import Glibc
 /// func start() async {}
 /// -->
 /// ```swift
+/// import Glibc                                         // exit
+/// import RunLoopConcurrency
+///
 /// @main struct App {
 ///     static func main() {
 ///         RunLoopConcurrency.installMainExecutor()     // first, before any task

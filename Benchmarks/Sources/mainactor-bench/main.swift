@@ -19,6 +19,7 @@ import class RunLoopKit.RunLoop
 
 let calls = 200_000
 let sleeps = 400
+let hops = 20_000
 
 /// What the measurements call: a hop onto the executor under test and back.
 protocol Target: Sendable {
@@ -86,6 +87,17 @@ func measure(_ target: some Target, clocks: [SleepClock]) async {
         }
     }
     report("calls_per_s", Double(calls) / (Double(cbench_now_ns() - start) / 1e9))
+    // One hop at a time from one pool task: the round trip's latency (there and back), which the
+    // throughput above hides (two callers keep the executor busy).
+    var latencies: [Double] = []
+    latencies.reserveCapacity(hops)
+    for _ in 0..<hops {
+        let before = cbench_now_ns()
+        await target.hop()
+        latencies.append(Double(cbench_now_ns() - before) / 1_000)
+    }
+    report("hop_p50_us", percentile(latencies, 0.5))
+    report("hop_p99_us", percentile(latencies, 0.99))
     for clock in clocks {
         var lateness: [Double] = []
         for _ in 0..<sleeps { lateness.append(await target.sleepLateness(clock)) }

@@ -12,11 +12,13 @@ struct MainActorWorkload: Workload {
     var name: String { "mainactor" }
     var title: String { "Main-actor executor: hops and Task.sleep lateness" }
     var summary: String {
-        "Two tasks on the global pool each call a main-actor (NIO: NIO-pinned actor) function 100,000 times: calls/s (each call hops there and back). Then 400 sequential Task.sleep(for: .milliseconds(1)) on that executor: lateness p50/p99 (µs past the 1 ms). RunLoopKit: RunLoop.main installed as the main executor (mainactor-bench runloopkit); the loop clock's sleep (Task.sleep(for:clock: RunLoop.main.clock)) is reported beside it. CFRunLoop column: the platform's main executor (libdispatch's main queue) drained by CFRunLoopRun() on the main thread. One child process per repetition and implementation."
+        "Two tasks on the global pool each call a main-actor (NIO: NIO-pinned actor) function 100,000 times: calls/s (each call hops there and back). Then one pool task makes 20,000 such calls one at a time: each round trip's latency p50/p99. Then 400 sequential Task.sleep(for: .milliseconds(1)) on that executor: lateness p50/p99 (µs past the 1 ms). RunLoopKit: RunLoop.main installed as the main executor (mainactor-bench runloopkit); the loop clock's sleep (Task.sleep(for:clock: RunLoop.main.clock)) is reported beside it. CFRunLoop column: the platform's main executor (libdispatch's main queue) drained by CFRunLoopRun() on the main thread. One child process per repetition and implementation."
     }
     var metrics: [Metric] {
         [
             Metric("calls_per_s", "main-actor calls/s (2 pool tasks)", .perSecond, .higherIsBetter),
+            Metric("hop_p50_us", "one hop there and back, p50 (1 pool task)", .microseconds, .lowerIsBetter),
+            Metric("hop_p99_us", "one hop there and back, p99 (1 pool task)", .microseconds, .lowerIsBetter),
             Metric("sleep_p50_us", "Task.sleep(1 ms) lateness p50", .microseconds, .lowerIsBetter),
             Metric("sleep_p99_us", "Task.sleep(1 ms) lateness p99", .microseconds, .lowerIsBetter),
             Metric("sleep_p50_us_loopclock", "loop-clock sleep(1 ms) lateness p50", .microseconds, .lowerIsBetter),
@@ -50,6 +52,7 @@ struct MainActorWorkload: Workload {
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [
             .ratio("main-actor calls ≥ 1.5× the platform's", r.advantage("calls_per_s", over: .cf), atLeast: 1.5),
+            .ratio("main-actor hop p99 ≤ the platform's", r.advantage("hop_p99_us", over: .cf), atLeast: 1),
             .ratio("Task.sleep lateness p50 ≤ the platform's", r.advantage("sleep_p50_us", over: .cf), atLeast: 1),
             .ratio("Task.sleep lateness p99 ≤ the platform's", r.advantage("sleep_p99_us", over: .cf), atLeast: 1),
         ]
