@@ -1,6 +1,7 @@
 #if OpenCombine
 import OpenCombine
 public import RunLoopKit
+import Synchronization
 #if canImport(FoundationEssentials)
 public import FoundationEssentials
 #else
@@ -112,20 +113,26 @@ extension RunLoop: OpenCombine.Scheduler {
 
     /// Runs `action` on the loop's thread at its next pass in the options' modes (a block of the
     /// loop, which is woken for it).
+    ///
+    /// On a loop whose thread has exited (before the action was scheduled, or before it ran), the
+    /// action runs at once on the thread that finds the loop gone, with a warning, so that a
+    /// subscription delivers its values and completes instead of waiting forever.
     public func schedule(options: SchedulerOptions?, _ action: @escaping () -> Void) {
-        let action = SchedulerAction(action)
+        let action = OnceAction(action, loop: self)
         perform(inModes: Self.modes(options)) { action.run() }
         wakeUp()
     }
 
     /// Runs `action` once on the loop's thread at `date`, up to `tolerance` late, in the options'
     /// modes: a one-shot loop timer. A date in the past runs at the next pass; a non-finite
-    /// tolerance counts as none.
+    /// tolerance counts as none. On a loop whose thread has exited, the action runs at once, as
+    /// for ``schedule(options:_:)``: `delay` and `debounce` on a dead loop complete early rather
+    /// than never.
     public func schedule(
         after date: SchedulerTimeType, tolerance: SchedulerTimeType.Stride, options: SchedulerOptions?,
         _ action: @escaping () -> Void
     ) {
-        let action = SchedulerAction(action)
+        let action = OnceAction(action, loop: self)
         let timer = RunLoopTimer(fire: date.date, interval: 0, repeats: false) { _ in action.run() }
         add(timer, tolerance: tolerance, options: options)
     }
@@ -152,6 +159,36 @@ extension RunLoop: OpenCombine.Scheduler {
     private static func modes(_ options: SchedulerOptions?) -> [Mode] {
         guard let modes = options?.modes, !modes.isEmpty else { return [.default] }
         return modes
+    }
+}
+
+/// A one-shot action on its way to the loop's thread, run exactly once: by the loop, or — when the
+/// loop lets go of it without running it (its thread exited, before or after it was scheduled) —
+/// by whoever releases it last, at once, with a warning. A subscription on a dead loop then
+/// completes instead of hanging.
+///
+/// `@unchecked Sendable` as ``SchedulerAction``; `claimed` makes the run exactly-once.
+final class OnceAction: @unchecked Sendable {
+    private let body: () -> Void
+    private let claimed = Atomic<Bool>(false)
+    private weak let loop: RunLoop?
+
+    init(_ body: @escaping () -> Void, loop: RunLoop) {
+        self.body = body
+        self.loop = loop
+    }
+
+    func run() {
+        guard !claimed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        body()
+    }
+
+    deinit {
+        guard !claimed.load(ordering: .acquiring) else { return }
+        print(
+            "RunLoopCombine: warning: an action scheduled on \(loop?.shortDescription ?? "a run loop") never ran there: its thread has exited; it runs now, on the thread that found the loop gone"
+        )
+        body()
     }
 }
 

@@ -73,22 +73,49 @@ extension RunLoop {
 
         /// Starts a repeating timer on the loop; cancelling the result stops every timer of this
         /// publisher.
+        ///
+        /// On a loop whose thread has exited (before `connect()`, or while connected), the timer
+        /// can never fire: the subscribers receive `.finished` (with a warning), instead of
+        /// waiting forever.
         public func connect() -> any Cancellable {
+            let ending = EndsWithLoop(self)
             let timer = RunLoopTimer(fire: Date(timeIntervalSinceNow: interval.isNaN ? 0 : interval), interval: interval, repeats: true) {
-                [weak self] _ in self?.tick()
+                _ in ending.publisher?.tick()
             }
             if let tolerance, tolerance > 0, tolerance.isFinite { timer.tolerance = .seconds(Swift.min(tolerance, 1e9)) }
-            state.locked { $0.timers.append(timer) }
+            state.locked { state in
+                state.timers.append(timer)
+                state.endings.append(ending)
+            }
             runLoop.add(timer, forMode: mode)
             return Connection(publisher: self)
         }
 
         fileprivate func disconnect() {
-            let timers = state.locked { state -> [RunLoopTimer] in
-                defer { state.timers.removeAll() }
-                return state.timers
+            let (timers, endings) = state.locked { state -> ([RunLoopTimer], [EndsWithLoop]) in
+                defer {
+                    state.timers.removeAll()
+                    state.endings.removeAll()
+                }
+                return (state.timers, state.endings)
             }
+            // Cancelled, not ended by the loop: the subscribers are not finished.
+            for ending in endings { ending.disarm() }
             for timer in timers { timer.invalidate() }
+        }
+
+        /// The loop let go of a connection's timer without its being cancelled: its thread exited.
+        /// Every subscriber receives `.finished`.
+        fileprivate func loopEnded() {
+            let subscriptions = state.locked { state -> [TimerSubscription] in
+                defer { state.subscriptions.removeAll() }
+                return state.subscriptions
+            }
+            guard !subscriptions.isEmpty else { return }
+            print(
+                "RunLoopCombine: warning: a timer publisher's loop \(runLoop.shortDescription) has no thread any more; its subscribers are finished"
+            )
+            for subscription in subscriptions { subscription.finish() }
         }
 
         fileprivate func remove(_ subscription: TimerSubscription) {
@@ -110,6 +137,24 @@ extension RunLoop {
 private struct PublisherState: ~Copyable {
     var subscriptions: [TimerSubscription] = []
     var timers: [RunLoopTimer] = []
+    var endings: [EndsWithLoop] = []
+}
+
+/// Lives in a connection's timer handler: when the loop lets go of the handler while the
+/// connection is still armed (the loop's thread exited, or had exited when the timer was added),
+/// the publisher's subscribers are finished. Disarmed by a cancellation first.
+private final class EndsWithLoop: Sendable {
+    weak let publisher: RunLoop.TimerPublisher?
+    private let armed = Atomic<Bool>(true)
+
+    init(_ publisher: RunLoop.TimerPublisher) { self.publisher = publisher }
+
+    func disarm() { armed.store(false, ordering: .releasing) }
+
+    deinit {
+        guard armed.load(ordering: .acquiring) else { return }
+        publisher?.loopEnded()
+    }
 }
 
 /// A connection of a ``RunLoop/TimerPublisher``: cancelling it stops the publisher's timers.
@@ -161,6 +206,15 @@ private final class TimerSubscription: Subscription, @unchecked Sendable {
         publisher?.remove(self)
         // Released here, outside the lock: its deinit may run any code.
         withExtendedLifetime(subscriber) {}
+    }
+
+    /// Sends `.finished` and detaches the subscriber (the publisher's loop is gone).
+    func finish() {
+        let subscriber = state.locked { state -> AnySubscriber<Date, Never>? in
+            defer { state.subscriber = nil }
+            return state.subscriber
+        }
+        subscriber?.receive(completion: .finished)
     }
 
     func deliver(_ date: Date) {

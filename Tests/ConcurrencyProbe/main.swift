@@ -34,6 +34,7 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         case "exit-status": exitStatus()
         case "nested-main-actor": nestedMainActor()
         case "virtual-sleep": virtualSleep()
+        case "hook-chain": hookChain()
         case "stop-before-run":
             RunLoopConcurrency.installMainExecutor()
             RunLoopConcurrency.stopMain(status: 5)
@@ -202,6 +203,35 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
         exit(0)
     }
 
+    /// Another library's global-enqueue hook, set first (as swift-concurrency-extras'
+    /// `withMainSerialExecutor` does): a virtual-time scope still routes its own tasks, and every
+    /// other job still goes through the other hook to the pool.
+    static func hookChain() {
+        typealias Original = @convention(thin) (UnownedJob) -> Void
+        typealias Hook = @convention(thin) (UnownedJob, Original) -> Void
+        let variable = dlsym(dlopen(nil, RTLD_NOW), "swift_task_enqueueGlobal_hook")!.assumingMemoryBound(to: Hook?.self)
+        variable.pointee = { job, original in
+            OtherHook.calls.add(1, ordering: .relaxed)
+            original(job)
+        }
+        do {
+            try withVirtualTime { time in
+                let onLoop = LoopBound<Bool?>(nil)
+                _ = Task { onLoop.value = time.runLoop.isCurrent }
+                try time.runUntilIdle()
+                report("scopeTaskOnVirtualLoop", onLoop.value.map { "\($0)" } ?? "never ran")
+            }
+        } catch {
+            report("error", error)
+        }
+        let before = OtherHook.calls.load(ordering: .relaxed)
+        let done = DispatchSemaphore(value: 0)
+        Task.detached { done.signal() }
+        done.wait()
+        report("otherHookSawPoolJobs", OtherHook.calls.load(ordering: .relaxed) > before)
+        exit(0)
+    }
+
     static func exitStatus() {
         RunLoopConcurrency.installMainExecutor()
         Task { @MainActor in
@@ -230,4 +260,9 @@ nonisolated func installOffMain(_: UnsafeMutableRawPointer?) -> UnsafeMutableRaw
     }
 
     private static func mutate(_ value: inout [Int], _ body: (inout [Int]) -> Void) { body(&value) }
+}
+
+/// Counts the jobs the other library's hook saw.
+enum OtherHook {
+    static let calls = Atomic<Int>(0)
 }

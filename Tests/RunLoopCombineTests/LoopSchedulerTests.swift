@@ -146,6 +146,64 @@ final class LoopSchedulerTests: XCTestCase {
             XCTAssertEqual(dates.value, dates.value.sorted())
         }
     }
+
+    // MARK: A loop whose thread has exited
+
+    /// A loop whose thread has exited (its PermanentThread stopped and joined).
+    private func deadLoop() -> RunLoop {
+        let thread = PermanentThread(name: "combine-dead")
+        let loop = thread.loop
+        thread.stop()
+        return loop
+    }
+
+    /// `receive(on:)` and `delay` on a dead loop deliver and complete (at once, with a warning),
+    /// instead of hanging with one log line.
+    func testReceiveOnAndDelayOnADeadLoopComplete() {
+        let loop = deadLoop()
+        let values = Locked([Int]())
+        let finished = Locked(0)
+        let received = Just(1).receive(on: loop).sink(
+            receiveCompletion: { _ in finished.value += 1 }, receiveValue: { values.value.append($0) })
+        let delayed = Just(2).delay(for: .seconds(3600), scheduler: loop).sink(
+            receiveCompletion: { _ in finished.value += 1 }, receiveValue: { values.value.append($0) })
+        XCTAssertEqual(values.value, [1, 2])
+        XCTAssertEqual(finished.value, 2)
+        received.cancel()
+        delayed.cancel()
+    }
+
+    /// A timer publisher connected on a dead loop finishes its subscribers; so does one whose
+    /// loop's thread exits while it is connected.
+    func testTimerPublisherOnADeadLoopFinishes() {
+        let finished = Locked(0)
+        let early = RunLoopTimer.publish(every: 0.01, on: deadLoop(), in: .default).autoconnect()
+            .sink(receiveCompletion: { _ in finished.value += 1 }, receiveValue: { _ in })
+        XCTAssertEqual(finished.value, 1)
+
+        let thread = PermanentThread(name: "combine-dying")
+        let ticks = Locked(0)
+        let late = RunLoopTimer.publish(every: 0.002, on: thread.loop, in: .default).autoconnect()
+            .sink(receiveCompletion: { _ in finished.value += 1 }, receiveValue: { _ in ticks.value += 1 })
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ticks.value < 3 && ContinuousClock.now < deadline { usleep(1_000) }
+        XCTAssertGreaterThanOrEqual(ticks.value, 3)
+        thread.stop()  // joins: the loop's teardown let go of the timer
+        XCTAssertEqual(finished.value, 2)
+        early.cancel()
+        late.cancel()
+    }
+
+    /// Cancelling a connection does not finish the subscribers (Combine's rule), dead loop or not.
+    func testCancellingAConnectionDoesNotFinish() {
+        let finished = Locked(0)
+        let publisher = RunLoopTimer.publish(every: 0.01, on: RunLoop.main, in: privateMode)
+        let sink = publisher.sink(receiveCompletion: { _ in finished.value += 1 }, receiveValue: { _ in })
+        let connection = publisher.connect()
+        connection.cancel()
+        XCTAssertEqual(finished.value, 0)
+        sink.cancel()
+    }
 }
 
 /// A subject handed to the sending thread.

@@ -73,6 +73,15 @@ import Testing
         return values
     }
 
+    /// A global-enqueue hook another library set first is chained: the virtual-time scope takes
+    /// its own tasks, the other hook still sees the rest.
+    @Test func anotherLibrarysEnqueueHookIsChained() throws {
+        let run = try probe("hook-chain")
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.values["scopeTaskOnVirtualLoop"] == "true", "\(run.values)")
+        #expect(run.values["otherHookSawPoolJobs"] == "true", "\(run.values)")
+    }
+
     /// A `stopMain(status:)` before `runMain()` is kept: `runMain()` returns its status at once
     /// (before, the stop was lost and `runMain()` never returned).
     @Test func aStopBeforeRunMainIsKept() throws {

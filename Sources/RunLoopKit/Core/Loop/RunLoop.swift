@@ -338,7 +338,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Hashes the loop's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
-    var shortDescription: String { "<RunLoop \(objectAddress(self)) thread '\(ownerName)' tid \(ownerTID)>" }
+    package var shortDescription: String { "<RunLoop \(objectAddress(self)) thread '\(ownerName)' tid \(ownerTID)>" }
 }
 
 /// Where ``RunLoop/main`` lives: made on first use, and made again in a child of fork() (the
