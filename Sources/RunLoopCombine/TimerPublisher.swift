@@ -84,15 +84,15 @@ extension RunLoop {
             }
             if let tolerance, tolerance > 0, tolerance.isFinite { timer.tolerance = .seconds(Swift.min(tolerance, 1e9)) }
             state.locked { state in
-                state.timers.append(timer)
-                state.endings.append(ending)
+                state.timers.append(WeakTimer(timer: timer))
+                state.endings.append(WeakEnding(ending: ending))
             }
             runLoop.add(timer, forMode: mode)
             return Connection(publisher: self)
         }
 
         fileprivate func disconnect() {
-            let (timers, endings) = state.locked { state -> ([RunLoopTimer], [EndsWithLoop]) in
+            let (timers, endings) = state.locked { state -> ([WeakTimer], [WeakEnding]) in
                 defer {
                     state.timers.removeAll()
                     state.endings.removeAll()
@@ -100,8 +100,8 @@ extension RunLoop {
                 return (state.timers, state.endings)
             }
             // Cancelled, not ended by the loop: the subscribers are not finished.
-            for ending in endings { ending.disarm() }
-            for timer in timers { timer.invalidate() }
+            for ending in endings { ending.ending?.disarm() }
+            for timer in timers { timer.timer?.invalidate() }
         }
 
         /// The loop let go of a connection's timer without its being cancelled: its thread exited.
@@ -112,7 +112,7 @@ extension RunLoop {
                 return state.subscriptions
             }
             guard !subscriptions.isEmpty else { return }
-            print(
+            Swift.print(
                 "RunLoopCombine: warning: a timer publisher's loop \(runLoop.shortDescription) has no thread any more; its subscribers are finished"
             )
             for subscription in subscriptions { subscription.finish() }
@@ -129,15 +129,27 @@ extension RunLoop {
         }
 
         deinit {
-            for timer in state.locked({ $0.timers }) { timer.invalidate() }
+            for timer in state.locked({ $0.timers }) { timer.timer?.invalidate() }
         }
     }
 }
 
 private struct PublisherState: ~Copyable {
     var subscriptions: [TimerSubscription] = []
-    var timers: [RunLoopTimer] = []
-    var endings: [EndsWithLoop] = []
+    /// Weak: only the loop keeps a connection's timer, so that when the loop lets go of it (its
+    /// thread exited, or had exited when it was added), its handler and the ``EndsWithLoop`` in
+    /// it go, and the subscribers are finished.
+    var timers: [WeakTimer] = []
+    /// Weak too: the timer's handler is what keeps each alive.
+    var endings: [WeakEnding] = []
+}
+
+private struct WeakTimer {
+    weak var timer: RunLoopTimer?
+}
+
+private struct WeakEnding {
+    weak var ending: EndsWithLoop?
 }
 
 /// Lives in a connection's timer handler: when the loop lets go of the handler while the
