@@ -19,9 +19,9 @@ import class RunLoopKit.RunLoop
 ///     let results = Mutex<[String]>([])
 ///     init(clock: any Clock<Duration>) { self.clock = clock }
 ///     func type(_ text: String) {
-///         Task { [clock, results] in
-///             try await clock.sleep(for: .milliseconds(300))
-///             results.withLock { $0.append(text) }
+///         Task {
+///             try await self.clock.sleep(for: .milliseconds(300))
+///             self.results.withLock { $0.append(text) }
 ///         }
 ///     }
 /// }
