@@ -39,8 +39,8 @@ import class RunLoopKit.RunLoop
 ///
 /// **Where things run.** `body` and the nonisolated async code it calls run on the scope's thread
 /// (a task executor of the scope is the body's preference), outside the loop's runs, so it can
-/// drive the loop: ``VirtualTimeLoop/advance(by:in:maxPasses:)`` and
-/// ``VirtualTimeLoop/runUntilIdle(in:maxPasses:)`` (or their `async` forms). A job that code on
+/// drive the loop: ``VirtualTimeLoop/advance(by:in:maxPasses:)-9wgxh`` and
+/// ``VirtualTimeLoop/runUntilIdle(in:maxPasses:)-7obqd`` (or their `async` forms). A job that code on
 /// the scope's thread hands the global executor — a task `body` starts with `Task {}` or
 /// `Task.detached {}`, a continuation resumed by one of the loop's callouts — runs on the virtual
 /// loop instead, in its common modes, the next time the loop runs: inside `advance(by:)`, and,
@@ -85,7 +85,7 @@ extension VirtualTimeLoop {
     /// `any Clock<Duration>`; its sleeps are the loop's timers, due on virtual time.
     public var clock: RunLoopClock { runLoop.clock }
 
-    /// ``advance(by:in:maxPasses:)`` from the async body of ``withVirtualTime(isolation:_:)``.
+    /// ``advance(by:in:maxPasses:)-9wgxh`` from the async body of ``withVirtualTime(isolation:_:)``.
     public func advance(
         by duration: Duration, in mode: RunLoop.Mode = .default, maxPasses: Int = 1_000_000
     ) async throws(VirtualTimeError) {
@@ -102,7 +102,7 @@ extension VirtualTimeLoop {
         try drive()
     }
 
-    /// ``runUntilIdle(in:maxPasses:)`` from the async body of ``withVirtualTime(isolation:_:)``.
+    /// ``runUntilIdle(in:maxPasses:)-7obqd`` from the async body of ``withVirtualTime(isolation:_:)``.
     public func runUntilIdle(in mode: RunLoop.Mode = .default, maxPasses: Int = 10_000) async throws(VirtualTimeError) {
         func drive() throws(VirtualTimeError) { try runUntilIdle(in: mode, maxPasses: maxPasses) }
         try drive()

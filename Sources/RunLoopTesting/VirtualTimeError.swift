@@ -5,7 +5,7 @@ public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
     /// the start; `trail` the callouts of the last passes, oldest first, as
     /// `"pass N: <phase> <item>"` (items by their `label`, else by kind and address).
     case livelock(at: Duration, passes: Int, trail: [String])
-    /// More passes than `maxPasses` in one ``VirtualTimeLoop/advance(by:in:maxPasses:)``.
+    /// More passes than `maxPasses` in one ``VirtualTimeLoop/advance(by:in:maxPasses:)-9wgxh``.
     case passLimit(at: Duration, passes: Int, trail: [String])
     /// A run with no deadline and no timer was about to sleep: only another thread could have
     /// woken it, and on virtual time none does. A run nested in a callout with no deadline gets
@@ -18,7 +18,7 @@ public enum VirtualTimeError: Error, Equatable, CustomStringConvertible {
     /// reported itself spent so that the callout returned, and the runs were ended. Say how long
     /// each unit of work takes with ``VirtualTimeLoop/elapse(_:)``.
     case clockStalled(at: Duration, polls: Int, trail: [String])
-    /// ``VirtualTimeLoop/advance(by:in:maxPasses:)`` with a negative duration.
+    /// ``VirtualTimeLoop/advance(by:in:maxPasses:)-9wgxh`` with a negative duration.
     case negativeDuration(Duration)
     /// A pass limit below 1.
     case invalidLimit(Int)

@@ -7,7 +7,7 @@ import class RunLoopKit.RunLoop
 ///
 /// Inside `body`, `RunLoop.current` is the virtual-time loop and every clock read
 /// of RunLoopKit on this thread is virtual: a `RunLoopTimer(after:)` made here is due that long
-/// after the virtual now. Time moves only when the test says so (``VirtualTimeLoop/advance(by:in:maxPasses:)``)
+/// after the virtual now. Time moves only when the test says so (``VirtualTimeLoop/advance(by:in:maxPasses:)-9wgxh``)
 /// or when a callout says it took time (``VirtualTimeLoop/elapse(_:)``); nothing sleeps, and the
 /// machine's speed changes nothing.
 ///
@@ -44,10 +44,10 @@ public func withVirtualTime<Result, Failure: Error>(
 /// A run loop on virtual time, for deterministic tests of code built on RunLoopKit: made by
 /// ``withVirtualTime(_:)``.
 ///
-/// It runs the real run algorithm: ``advance(by:in:maxPasses:)`` runs the loop in a mode while the
+/// It runs the real run algorithm: ``advance(by:in:maxPasses:)-9wgxh`` runs the loop in a mode while the
 /// clock moves to the target, with a full pass (observers, blocks, sources, timers, descriptors,
 /// and what other modules place in the pass: idle tasks, commits, release pools) at each instant
-/// something is due; ``runUntilIdle(in:maxPasses:)`` runs it at the current instant until it would
+/// something is due; ``runUntilIdle(in:maxPasses:)-7obqd`` runs it at the current instant until it would
 /// sleep, and reports work that never settles as ``VirtualTimeError/livelock(at:passes:trail:)``.
 /// Where the loop would sleep, it polls its descriptor sources instead, so pipes and sockets
 /// still work.
@@ -104,7 +104,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
 
     /// Runs the loop in `mode` while the clock moves forward by `duration`: a full pass at each
     /// instant a timer is due (in deadline order, repeating timers rescheduled as in production),
-    /// then, at the end, until the loop would sleep (see ``runUntilIdle(in:maxPasses:)``).
+    /// then, at the end, until the loop would sleep (see ``runUntilIdle(in:maxPasses:)-7obqd``).
     ///
     /// A `RunLoop.stop()` from a callout ends the current run; the clock still moves
     /// to the end (another run takes over). A mode with nothing in it lets the time pass. A run
@@ -127,7 +127,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
     }
 
     /// Runs the loop in `mode` while the clock moves forward to `target`: see
-    /// ``advance(by:in:maxPasses:)``. A target at or before ``now`` runs what is due now.
+    /// ``advance(by:in:maxPasses:)-9wgxh``. A target at or before ``now`` runs what is due now.
     ///
     /// - Throws: ``VirtualTimeError``; the clock is left where the loop stopped.
     public func advance(
@@ -212,7 +212,7 @@ public final class VirtualTimeLoop: @unchecked Sendable {
         scope.setNow(RunLoop.nanoseconds(of: now + duration))
     }
 
-    /// Passes at one instant that ``advance(by:in:maxPasses:)`` allows before it reports a livelock.
+    /// Passes at one instant that ``advance(by:in:maxPasses:)-9wgxh`` allows before it reports a livelock.
     public static let passesPerInstant = 10_000
 
     private func checkThread(_ function: StaticString) {
