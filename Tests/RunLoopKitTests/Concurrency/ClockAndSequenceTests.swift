@@ -414,4 +414,22 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
         #expect(await host.finish())
         #expect(await consumer.value == 0)
     }
+
+    /// `ticks(every:)` asked of a loop whose thread has already exited ends at once: the loop
+    /// drops the block that would make the timer, and with it the sequence's producer.
+    @Test func ticksOfALoopWhoseThreadHasExitedEnd() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-ticks-dead"))
+        let loop = host.loop
+        #expect(await host.finish())
+        let ticks = loop.ticks(every: .milliseconds(1))
+        let consumer = Task {
+            var count = 0
+            for await _ in ticks { count += 1 }
+            return count
+        }
+        // A bound on a hang, not a timing assertion: the sequence ends with no tick at all.
+        let ended = await completes { await consumer.value }
+        if ended == nil { consumer.cancel() }
+        #expect(try ended?.get() == 0)
+    }
 }
