@@ -45,7 +45,7 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
     }
 
     private enum PushOutcome { case none, resume(UnsafeContinuation<Element?, Never>), settle }
-    private enum NextOutcome { case element(Element, settleProducer: Bool), end, wait }
+    private enum NextOutcome { case element(Element, settleProducer: Bool), end, wait, secondWaiter }
 
     let policy: LoopChannelPolicy
     private let merge: (@Sendable (inout Element, Element) -> Void)?
@@ -182,6 +182,9 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
                         return .element(element, settleProducer: resume)
                     }
                     if state.finished { return .end }
+                    // The one consumer waits at most once at a time; another waiter is a copy
+                    // of its iterator in another task, and would take the first one's place.
+                    guard state.waiter == nil else { return .secondWaiter }
                     state.waiter = continuation
                     return .wait
                 }
@@ -193,6 +196,11 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
                     continuation.resume(returning: nil)
                 case .wait:
                     break
+                case .secondWaiter:
+                    fatalPrecondition(
+                        false,
+                        "a RunLoop async sequence has one consumer: next() was called by a task while another "
+                            + "waited in it (the iterator copied into two tasks)")
                 }
             }
         } onCancel: {
