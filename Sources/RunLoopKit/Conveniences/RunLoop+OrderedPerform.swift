@@ -22,8 +22,9 @@ extension RunLoop {
     /// loop.perform(order: 1, inModes: [.common]) { print("layout") }
     /// ```
     ///
-    /// The performer is delivered by a zero-delay timer in each of `modes`, so it runs in the
-    /// timers phase of the next pass in one of them (and waits while the loop runs in other
+    /// The performer is delivered by a timer due at the loop's now (on the loop's own clock, a
+    /// virtual one included, from whatever thread this is called) in each of `modes`, so it runs
+    /// in the timers phase of the next pass in one of them (and waits while the loop runs in other
     /// modes); it runs once, in the first of its modes the loop runs. Among the performers due
     /// then, lower orders run first, and equal orders in the order they were added. `target`
     /// (held strongly until the performer runs or is cancelled, as NSRunLoop retains its target)
@@ -75,6 +76,9 @@ final class OrderedPerformers: Sendable {
         on loop: RunLoop
     ) {
         let unique = PerformModes.unique(modes)
+        // Due at the loop's now, read on its own clock: from another thread, the caller's clock is
+        // not the one of a loop on virtual time (whose now moves only when its test says so).
+        let dueNs = LoopClock.nanoseconds(loop.now)
         let fresh = state.locked { state -> [(RunLoop.Mode, RunLoopTimer)] in
             let sequence = state.nextSequence
             state.entries[sequence] = Entry(sequence: sequence, modes: unique, target: target, body: body)
@@ -82,7 +86,7 @@ final class OrderedPerformers: Sendable {
             state.nextSequence += 1
             var fresh: [(RunLoop.Mode, RunLoopTimer)] = []
             for mode in unique where state.timers[mode] == nil {
-                let timer = RunLoopTimer(after: .zero) { [weak self, weak loop] _ in
+                let timer = RunLoopTimer(fireNs: dueNs, intervalNs: 0, toleranceNs: 0) { [weak self, weak loop] _ in
                     guard let self, let loop else { return }
                     self.fire(mode, on: loop)
                 }
