@@ -57,6 +57,25 @@ import class RunLoopKit.RunLoop
         }
     }
 
+    /// An ordered performer added from another thread is due at the loop's virtual now: its timer
+    /// is not dated on the adding thread's real clock, which is ahead of a virtual clock that has
+    /// not been advanced past it (by the real time since `withVirtualTime` began), where
+    /// `runUntilIdle()` would never reach it. It runs, and the clock stays.
+    @Test func anOrderedPerformerAddedFromAnotherThreadRunsInRunUntilIdle() throws {
+        try withVirtualTime { time in
+            let loop = time.runLoop
+            let ran = TestEvent()
+            let adder = TestThread(name: "vt-perform-order") {
+                loop.perform(order: 0) { ran.fire() }
+            }
+            #expect(adder.join(timeout: .seconds(10)))
+            let before = time.now
+            try time.runUntilIdle()
+            #expect(ran.read { $0 }, "the performer ran")
+            #expect(time.now == before)
+        }
+    }
+
     /// Work that never settles is a livelock, reported with the items that ran last.
     @Test func runUntilIdleReportsALivelockWithTheActivityTrail() {
         withVirtualTime { time in

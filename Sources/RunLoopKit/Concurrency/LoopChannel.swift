@@ -34,13 +34,18 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
         var buffer = Deque<Element>()
         var waiter: UnsafeContinuation<Element?, Never>?
         var finished = false
+        /// Whether the producer should be stopped: what push and next() decide.
         var paused = false
+        /// What was last applied to the producer (`pauseProducer` or `resumeProducer` called).
+        var appliedPaused = false
+        /// A thread is bringing the producer in line with `paused` (see `settleProducer()`).
+        var settling = false
         var dropped = 0
         var consumed = false
     }
 
-    private enum PushOutcome { case none, resume(UnsafeContinuation<Element?, Never>), pause }
-    private enum NextOutcome { case element(Element, resumeProducer: Bool), end, wait }
+    private enum PushOutcome { case none, resume(UnsafeContinuation<Element?, Never>), settle }
+    private enum NextOutcome { case element(Element, settleProducer: Bool), end, wait, secondWaiter }
 
     let policy: LoopChannelPolicy
     private let merge: (@Sendable (inout Element, Element) -> Void)?
@@ -89,7 +94,7 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
                 state.buffer.append(element)
                 if state.buffer.count >= limit && !state.paused {
                     state.paused = true
-                    return .pause
+                    return .settle
                 }
                 return .none
             }
@@ -97,7 +102,34 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
         switch outcome {
         case .none: break
         case .resume(let waiter): waiter.resume(returning: element)
-        case .pause: pauseProducer?()
+        case .settle: settleProducer()
+        }
+    }
+
+    /// Applies `paused` to the producer, outside the lock: a pause decided here and a resume
+    /// decided by the consumer meanwhile may reach this point in either order, and the producer
+    /// must end in the state decided last (a late pause after the resume would stop the sequence
+    /// for good). One thread applies at a time, and it re-reads `paused` after each call until
+    /// what it applied is current; a thread that finds another applying leaves it to that one,
+    /// which will see its decision, made under the same lock.
+    private func settleProducer() {
+        var first = true
+        while true {
+            let apply = state.locked { state -> Bool? in
+                if first {
+                    guard !state.settling else { return nil }
+                    state.settling = true
+                }
+                guard state.paused != state.appliedPaused else {
+                    state.settling = false
+                    return nil
+                }
+                state.appliedPaused = state.paused
+                return state.paused
+            }
+            first = false
+            guard let pause = apply else { return }
+            if pause { pauseProducer?() } else { resumeProducer?() }
         }
     }
 
@@ -147,20 +179,28 @@ final class LoopChannel<Element: Sendable>: @unchecked Sendable {
                     if let element = state.buffer.popFirst() {
                         let resume = state.paused && state.buffer.count < policy.limit
                         if resume { state.paused = false }
-                        return .element(element, resumeProducer: resume)
+                        return .element(element, settleProducer: resume)
                     }
                     if state.finished { return .end }
+                    // The one consumer waits at most once at a time; another waiter is a copy
+                    // of its iterator in another task, and would take the first one's place.
+                    guard state.waiter == nil else { return .secondWaiter }
                     state.waiter = continuation
                     return .wait
                 }
                 switch outcome {
-                case .element(let element, let resume):
-                    if resume { resumeProducer?() }
+                case .element(let element, let settle):
+                    if settle { settleProducer() }
                     continuation.resume(returning: element)
                 case .end:
                     continuation.resume(returning: nil)
                 case .wait:
                     break
+                case .secondWaiter:
+                    fatalPrecondition(
+                        false,
+                        "a RunLoop async sequence has one consumer: next() was called by a task while another "
+                            + "waited in it (the iterator copied into two tasks)")
                 }
             }
         } onCancel: {

@@ -73,15 +73,26 @@ extension RunLoop {
         }
         let timerBox = TimerBox()
         channel.endProducer = { timerBox.invalidate() }
+        // Made here, not in the block: a loop whose thread has exited drops the block, and with
+        // it the producer, which finishes the channel.
+        let producer = LoopChannelProducer(channel)
         let make: @Sendable () -> Void = { [self] in
-            let producer = LoopChannelProducer(channel)
             let timer = RunLoopTimer(fireAt: now + interval, interval: interval, tolerance: tolerance) { _ in
                 producer.push(RunLoopTick(date: RunLoop.now, skipped: 0))
             }
             guard timerBox.set(timer) else { return }
             for mode in modes { add(timer, forMode: mode) }
         }
-        if isCurrent { make() } else { perform(inModes: modes, make) }
+        if isCurrent {
+            make()
+        } else {
+            perform(inModes: modes, make)
+            // The thread may exit while the block is queued, and a block that lands after the
+            // teardown emptied the queue is never run (see LoopTaskExecutor.enqueue); the push
+            // synchronized with the teardown, so this load sees it. An exited thread makes no
+            // ticks: the sequence ends now.
+            if blocksClosed.load(ordering: .acquiring) { channel.finish() }
+        }
         return RunLoopAsyncSequence(lifetime: LoopChannelLifetime(channel))
     }
 

@@ -22,8 +22,9 @@ extension RunLoop {
     /// loop.perform(order: 1, inModes: [.common]) { print("layout") }
     /// ```
     ///
-    /// The performer is delivered by a zero-delay timer in each of `modes`, so it runs in the
-    /// timers phase of the next pass in one of them (and waits while the loop runs in other
+    /// The performer is delivered by a timer due at the loop's now (on the loop's own clock, a
+    /// virtual one included, from whatever thread this is called) in each of `modes`, so it runs
+    /// in the timers phase of the next pass in one of them (and waits while the loop runs in other
     /// modes); it runs once, in the first of its modes the loop runs. Among the performers due
     /// then, lower orders run first, and equal orders in the order they were added. `target`
     /// (held strongly until the performer runs or is cancelled, as NSRunLoop retains its target)
@@ -51,7 +52,6 @@ extension RunLoop {
 /// A loop's ordered performers (a loop attachment).
 final class OrderedPerformers: Sendable {
     private struct Entry {
-        let order: Int
         let sequence: UInt64
         let modes: [RunLoop.Mode]
         let target: (AnyObject & Sendable)?
@@ -59,7 +59,11 @@ final class OrderedPerformers: Sendable {
     }
 
     private struct State {
-        var entries: [Entry] = []
+        /// The pending performers by their sequence number (the order they were added in).
+        var entries: [UInt64: Entry] = [:]
+        /// Each order's sequence numbers, in the order added. Those of performers that ran or
+        /// were cancelled stay until the next firing drops them.
+        var queues: [Int: [UInt64]] = [:]
         var nextSequence: UInt64 = 0
         /// The pending zero-delay timer of each mode a performer names.
         var timers: [RunLoop.Mode: RunLoopTimer] = [:]
@@ -72,13 +76,17 @@ final class OrderedPerformers: Sendable {
         on loop: RunLoop
     ) {
         let unique = PerformModes.unique(modes)
+        // Due at the loop's now, read on its own clock: from another thread, the caller's clock is
+        // not the one of a loop on virtual time (whose now moves only when its test says so).
+        let dueNs = LoopClock.nanoseconds(loop.now)
         let fresh = state.locked { state -> [(RunLoop.Mode, RunLoopTimer)] in
-            state.entries.append(
-                Entry(order: order, sequence: state.nextSequence, modes: unique, target: target, body: body))
+            let sequence = state.nextSequence
+            state.entries[sequence] = Entry(sequence: sequence, modes: unique, target: target, body: body)
+            state.queues[order, default: []].append(sequence)
             state.nextSequence += 1
             var fresh: [(RunLoop.Mode, RunLoopTimer)] = []
             for mode in unique where state.timers[mode] == nil {
-                let timer = RunLoopTimer(after: .zero) { [weak self, weak loop] _ in
+                let timer = RunLoopTimer(fireNs: dueNs, intervalNs: 0, toleranceNs: 0) { [weak self, weak loop] _ in
                     guard let self, let loop else { return }
                     self.fire(mode, on: loop)
                 }
@@ -96,36 +104,36 @@ final class OrderedPerformers: Sendable {
     /// The timer of `key` fired, on the loop's thread.
     private func fire(_ key: RunLoop.Mode, on loop: RunLoop) {
         guard let here = PerformModes(runningIn: loop) else { return }
-        func runsHere(_ entry: Entry) -> Bool { here.admit(entry.modes) }
-        // The fired one-shot timer is spent: a performer added from here on makes a new one.
-        let (limit, count) = state.locked { state -> (UInt64, Int) in
+        // The fired one-shot timer is spent: a performer added from here on makes a new one, and
+        // runs in a later firing. This firing's batch is the performers queued now that may run
+        // in this mode: lower orders first, then the order added. Only the distinct orders are
+        // sorted; each order's queue is already in the order added.
+        let batch = state.locked { state -> [UInt64] in
             state.timers[key] = nil
-            return (state.nextSequence, state.entries.count { runsHere($0) })
-        }
-        var budget = count
-        while budget > 0 {
-            budget -= 1
-            let next = state.locked { state -> Entry? in
-                var best: Int?
-                for (index, entry) in state.entries.enumerated() where entry.sequence < limit && runsHere(entry) {
-                    if let chosen = best,
-                        (state.entries[chosen].order, state.entries[chosen].sequence) <= (entry.order, entry.sequence)
-                    {
-                        continue
-                    }
-                    best = index
+            var batch: [UInt64] = []
+            for order in state.queues.keys.sorted() {
+                var live: [UInt64] = []
+                for sequence in state.queues[order] ?? [] {
+                    guard let entry = state.entries[sequence] else { continue }
+                    live.append(sequence)
+                    if here.admit(entry.modes) { batch.append(sequence) }
                 }
-                return best.map { state.entries.remove(at: $0) }
+                state.queues[order] = live.isEmpty ? nil : live
             }
-            guard let next else { return }
+            return batch
+        }
+        for sequence in batch {
+            // Taken out just before it runs: one cancelled meanwhile, or run by a firing nested in
+            // an earlier performer (which ran the loop), is gone.
+            guard let next = state.locked({ $0.entries.removeValue(forKey: sequence) }) else { continue }
             next.body()
         }
     }
 
     func cancel(target: AnyObject) -> Int {
         let removed = state.locked { state -> [Entry] in
-            let removed = state.entries.filter { $0.target === target }
-            state.entries.removeAll { $0.target === target }
+            let removed = state.entries.values.filter { $0.target === target }
+            for entry in removed { state.entries[entry.sequence] = nil }
             return removed
         }
         // Released here, with no lock held: a target's deinit may run any code.

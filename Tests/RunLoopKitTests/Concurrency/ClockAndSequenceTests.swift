@@ -414,4 +414,60 @@ final class Debouncer<C: Clock<Duration>>: @unchecked Sendable {
         #expect(await host.finish())
         #expect(await consumer.value == 0)
     }
+
+    /// `ticks(every:)` asked of a loop whose thread has already exited ends at once: the loop
+    /// drops the block that would make the timer, and with it the sequence's producer.
+    @Test func ticksOfALoopWhoseThreadHasExitedEnd() async throws {
+        let host = try #require(ModalLoop.start(name: "rlk-ticks-dead"))
+        let loop = host.loop
+        #expect(await host.finish())
+        let ticks = loop.ticks(every: .milliseconds(1))
+        let consumer = Task {
+            var count = 0
+            for await _ in ticks { count += 1 }
+            return count
+        }
+        // A bound on a hang, not a timing assertion: the sequence ends with no tick at all.
+        let ended = await completes { await consumer.value }
+        if ended == nil { consumer.cancel() }
+        #expect(try ended?.get() == 0)
+    }
+
+    /// The iterator is a struct: copied into two tasks that both wait in `next()`, the second
+    /// would take the first one's place and leave it waiting forever. It stops the process with
+    /// a message instead.
+    @Test func anIteratorCopiedIntoTwoWaitingTasksStopsTheProcess() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            await copiedIteratorChild()
+        }
+        guard let result else { return }
+        let message = String(decoding: result.standardErrorContent, as: UTF8.self)
+        #expect(message.contains("one consumer"), "\(message)")
+        #expect(message.contains("iterator copied into two tasks"), "\(message)")
+    }
+}
+
+/// The exit test's child: one iterator of a port's messages, copied into two tasks that wait.
+func copiedIteratorChild() async {
+    let stop = TestEvent()
+    guard let host = TestThread.hostingLoop(name: "rlk-copied", run: { _ in _ = stop.wait(timeout: .seconds(60)) })
+    else { exit(0) }  // the expected failure exit does not happen: the test fails
+    let (_, messages) = host.loop.messageStream(of: Int.self)
+    // The iterator is not Sendable, so Swift 6 code cannot hand it to two tasks; code in the
+    // Swift 5 language mode, or an unsafe opt-out as here, can.
+    nonisolated(unsafe) let iterator = messages.makeAsyncIterator()
+    let first = Task {
+        var copy = iterator
+        return await copy.next()
+    }
+    let second = Task {
+        var copy = iterator
+        return await copy.next()
+    }
+    // Nothing is ever sent, so both wait. A library that let the second waiter replace the first
+    // leaves both waiting: the child then gives up and exits 0, and the test fails.
+    _ = await stop.waitAsync(timeout: .seconds(30)) { $0 }
+    first.cancel()
+    second.cancel()
+    exit(0)
 }
