@@ -57,6 +57,10 @@ import Testing
 /// both cores busy for seconds, and a stall is detected as no progress for `concurrencyPatience`,
 /// which other suites' load must not fake.
 @Suite(.serialized, .exclusive(.robustness)) struct LoopAsyncSequenceStormTests {
+    /// 20 runs; 3 under a sanitizer, whose storms (a tenth of the messages) still hold both cores
+    /// and a pool thread for seconds a run, starving the suites that run beside them.
+    static let runs = TestThreads.sanitized ? 3 : 20
+
     /// 300,000 messages from one sender thread to one `for await` consumer, with a buffer of one
     /// message: all delivered, in order, in each of 20 runs.
     ///
@@ -74,7 +78,7 @@ import Testing
     @Test func portMessagesAtABufferLimitOfOneAllArriveInOrder() async throws {
         let host = try #require(ModalLoop.start(name: "rlk-port-storm"))
         let total = TestThreads.scaled(300_000, minimum: 30_000)
-        for run in 1...20 {
+        for run in 1...Self.runs {
             let outcome = await Self.sendThroughPort(host.loop, total: total, yieldingSends: total / 30)
             #expect(
                 outcome.received == total, "run \(run): \(outcome.received) of \(total) delivered, then no progress")
@@ -94,7 +98,7 @@ import Testing
         let host = try #require(ModalLoop.start(name: "rlk-fd-storm"))
         // Below a pipe's 64 KiB, so the writer never blocks on a consumer that stalled.
         let total = TestThreads.scaled(40_000, minimum: 5_000)
-        for run in 1...20 {
+        for run in 1...Self.runs {
             let outcome = try await Self.writeThroughPipe(host.loop, total: total)
             #expect(
                 outcome.readBeforeHangUp == total,
