@@ -33,6 +33,11 @@ final class Debouncer<Value: Sendable>: Sendable {
         pending.locked { $0 }?.cancel()
         pending.locked { $0 = task }
     }
+
+    /// Drops the value waiting, if any.
+    func cancel() {
+        pending.locked { $0 }?.cancel()
+    }
 }
 
 /// Calls `action` with the first value sent, then at most once per `interval` with the latest
