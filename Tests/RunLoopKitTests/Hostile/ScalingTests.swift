@@ -11,8 +11,9 @@ import Testing
 /// longer. Each test gives up once past its limit and says how far it got, so a slow path fails
 /// instead of running for minutes. The time bounds are for builds without a sanitizer: under one,
 /// those tests are skipped, and the heap test uses about a third of the timers (still more than a
-/// heap keeps, `TimerHeap.keptCapacity`).
-@Suite(.serialized) struct HostileScalingTests {
+/// heap keeps, `TimerHeap.keptCapacity`). Exclusive of the robustness suites (the sequence storms
+/// among them), which hold both cores for tens of seconds: a time bound measured beside them fails.
+@Suite(.serialized, .exclusive(.robustness)) struct HostileScalingTests {
     /// How the million timers go.
     enum Ending: String, CaseIterable, Sendable {
         case invalidated
