@@ -245,8 +245,7 @@ public struct VirtualTimeTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        try TestScopeKind.enter(.virtualTime, test: test.name)
-        try await TestScopeKind.$current.withValue(.virtualTime) {
+        try await TestScopeKind.virtualTime.scope(test) {
             try await withVirtualTime { time in
                 try await VirtualTimeLoop.$current.withValue(time) { try await function() }
             }
@@ -268,9 +267,16 @@ enum TestScopeKind: String, Sendable {
 
     @TaskLocal static var current: TestScopeKind?
 
-    /// Throws if another of these traits already scopes the test.
-    static func enter(_ kind: TestScopeKind, test: String) throws(VirtualTimeMisuse) {
-        guard let other = current, other != kind else { return }
+    /// Runs `body` as the scope of this trait for `test`; throws if another of these traits
+    /// already scopes it.
+    func scope(_ test: Test, _ body: () async throws -> Void) async throws {
+        try enter(test: test.name)
+        try await Self.$current.withValue(self) { try await body() }
+    }
+
+    private func enter(test: String) throws(VirtualTimeMisuse) {
+        let kind = self
+        guard let other = Self.current, other != kind else { return }
         throw VirtualTimeMisuse(
             "RunLoopTesting: test '\(test)' has both \(other.rawValue) and \(kind.rawValue); they run the test on different threads (the main loop's, a loop thread's, a virtual-time scope's). Keep one; for virtual time with a loop, use the scope's own loop (VirtualTimeLoop.current?.runLoop)"
         )

@@ -81,7 +81,11 @@ enum GlobalJobRouting {
     private static var route: Hook { { job, runtimeEnqueue in routeGlobalJob(job, runtimeEnqueue) } }
 
     fileprivate static func routeJob(_ job: UnownedJob, _ runtimeEnqueue: Original) {
-        original.store(unsafeBitCast(runtimeEnqueue, to: UInt.self), ordering: .relaxed)
+        // The same function every call: stored once, so that the hook, which sees every global
+        // job of the process, writes no shared cache line after the first.
+        if original.load(ordering: .relaxed) == 0 {
+            original.store(unsafeBitCast(runtimeEnqueue, to: UInt.self), ordering: .relaxed)
+        }
         if let loop = RunLoop.virtualTimeLoopOfCurrentThread {
             let routed = RoutedJob(job)
             loop.perform(inModes: [.common]) { routed.run() }

@@ -133,8 +133,7 @@ public struct MainLoopRunningTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        try TestScopeKind.enter(.mainLoopRunning, test: test.name)
-        try await TestScopeKind.$current.withValue(.mainLoopRunning) {
+        try await TestScopeKind.mainLoopRunning.scope(test) {
             try await withMainLoopRunning { try await function() }
         }
     }
@@ -148,8 +147,7 @@ public struct LoopThreadTrait: TestTrait, SuiteTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        try TestScopeKind.enter(.onLoopThread, test: test.name)
-        try await TestScopeKind.$current.withValue(.onLoopThread) {
+        try await TestScopeKind.onLoopThread.scope(test) {
             try await withLoopThread(name: "test-loop") { _ in try await function() }
         }
     }

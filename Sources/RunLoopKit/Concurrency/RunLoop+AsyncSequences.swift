@@ -83,16 +83,9 @@ extension RunLoop {
             guard timerBox.set(timer) else { return }
             for mode in modes { add(timer, forMode: mode) }
         }
-        if isCurrent {
-            make()
-        } else {
-            perform(inModes: modes, make)
-            // The thread may exit while the block is queued, and a block that lands after the
-            // teardown emptied the queue is never run (see LoopTaskExecutor.enqueue); the push
-            // synchronized with the teardown, so this load sees it. An exited thread makes no
-            // ticks: the sequence ends now.
-            if blocksClosed.load(ordering: .acquiring) { channel.finish() }
-        }
+        // A loop whose thread has exited refuses the block, or its teardown drops it: either way
+        // the block, and the producer with it, is released, which finishes the channel.
+        if isCurrent { make() } else { perform(inModes: modes, make) }
         return RunLoopAsyncSequence(lifetime: LoopChannelLifetime(channel))
     }
 

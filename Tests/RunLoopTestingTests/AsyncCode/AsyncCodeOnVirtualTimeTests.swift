@@ -214,3 +214,18 @@ final class Fires: Sendable {
         }
     }
 }
+
+/// The async forms refuse what the synchronous ones refuse, with the same errors.
+@Suite struct AsyncVirtualTimeMisuseTests {
+    @Test func aNegativeAdvanceThrowsAndLeavesTheClock() async throws {
+        try await withVirtualTime { time in
+            await #expect(throws: VirtualTimeError.negativeDuration(.seconds(-1))) {
+                try await time.advance(by: .seconds(-1))
+            }
+            await #expect(throws: VirtualTimeError.invalidLimit(0)) {
+                try await time.runUntilIdle(maxPasses: 0)
+            }
+            #expect(time.elapsed == .zero)
+        }
+    }
+}
