@@ -253,12 +253,108 @@ static int find_executable_text(struct dl_phdr_info *info, size_t size, void *da
     return 1;
 }
 
+// Reading a thread's procfs files must not depend on a free descriptor: a stall matters most when
+// the process is out of them (an accept storm fills the table). So `/proc/self/task` stays open
+// (relative opens then need no path walk from `/proc`), and the two files the monitor reads at
+// every look of a watched thread (`syscall`, `status`) stay open per thread once kept
+// (crlm_keep_thread_readable) and are re-read with pread, which needs no new descriptor.
+// Each is tied to the process that opened it: after fork() `/proc/self` is another process.
+enum { KEPT_THREADS = 64 };
+typedef struct { pid_t owner, tid; int syscall_fd, status_fd; } kept_files;
+static kept_files g_kept[KEPT_THREADS];
+static int g_task_dir = -1;
+static pid_t g_task_dir_owner;
+static pthread_mutex_t g_files_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/// `/proc/self/task` of this process, opened once (again after a fork); -1 when it cannot be.
+/// Under g_files_lock.
+static int task_dir_locked(void) {
+    pid_t pid = getpid();
+    if (g_task_dir >= 0 && g_task_dir_owner == pid) return g_task_dir;
+    if (g_task_dir >= 0) close(g_task_dir);
+    g_task_dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    g_task_dir_owner = pid;
+    return g_task_dir;
+}
+
+/// Opens `TID/name` relative to the task directory (or by its whole path without one).
+static int open_task_file_locked(pid_t tid, const char *name) {
+    char path[64];
+    int dir = task_dir_locked();
+    if (dir >= 0) {
+        snprintf(path, sizeof path, "%d/%s", (int)tid, name);
+        return openat(dir, path, O_RDONLY | O_CLOEXEC);
+    }
+    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static kept_files *kept_locked(pid_t tid) {
+    pid_t pid = getpid();
+    for (int i = 0; i < KEPT_THREADS; i++) {
+        if (g_kept[i].tid == tid && g_kept[i].owner == pid) return &g_kept[i];
+    }
+    return NULL;
+}
+
+static void close_kept_locked(kept_files *kept) {
+    if (kept->syscall_fd >= 0) close(kept->syscall_fd);
+    if (kept->status_fd >= 0) close(kept->status_fd);
+    kept->tid = 0;
+    kept->owner = 0;
+    kept->syscall_fd = kept->status_fd = -1;
+}
+
+bool crlm_keep_thread_readable(pid_t tid) {
+    pthread_mutex_lock(&g_files_lock);
+    (void)task_dir_locked();
+    bool kept = kept_locked(tid) != NULL;
+    pid_t pid = getpid();
+    for (int i = 0; i < KEPT_THREADS && !kept; i++) {
+        if (g_kept[i].tid != 0 && g_kept[i].owner == pid) continue;
+        if (g_kept[i].tid != 0) close_kept_locked(&g_kept[i]);  // a parent's, before a fork
+        int syscall_fd = open_task_file_locked(tid, "syscall");
+        int status_fd = syscall_fd >= 0 ? open_task_file_locked(tid, "status") : -1;
+        if (status_fd < 0) {
+            if (syscall_fd >= 0) close(syscall_fd);
+            break;
+        }
+        g_kept[i] = (kept_files){pid, tid, syscall_fd, status_fd};
+        kept = true;
+    }
+    pthread_mutex_unlock(&g_files_lock);
+    return kept;
+}
+
+bool crlm_thread_kept_readable(pid_t tid) {
+    pthread_mutex_lock(&g_files_lock);
+    bool kept = kept_locked(tid) != NULL;
+    pthread_mutex_unlock(&g_files_lock);
+    return kept;
+}
+
+static void forget_thread_files(pid_t tid) {
+    pthread_mutex_lock(&g_files_lock);
+    kept_files *kept = kept_locked(tid);
+    if (kept != NULL) close_kept_locked(kept);
+    pthread_mutex_unlock(&g_files_lock);
+}
+
 /// In a child made by fork(): only the forking thread exists, so no capture is in progress
 /// whatever the parent was doing; the locks the parent's threads held are made anew.
 static void after_fork_in_child(void) {
     atomic_store(&g_armed, 0);
     atomic_store(&g_calibrating, false);
     for (int i = 0; i < MAX_THREADS; i++) atomic_store(&g_threads[i].tid, 0);
+    // The parent's kept procfs files describe the parent's threads: closed (close is
+    // async-signal-safe), and the lock, which a parent's thread may have held, made anew.
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&g_files_lock, &fresh, sizeof fresh);
+    for (int i = 0; i < KEPT_THREADS; i++) {
+        if (g_kept[i].tid != 0) close_kept_locked(&g_kept[i]);
+    }
+    if (g_task_dir >= 0) close(g_task_dir);
+    g_task_dir = -1;
     atomic_fetch_add(&g_fork_generation, 1);
 }
 
@@ -286,6 +382,9 @@ int crlm_install(int signal_number) {
     g_safe_reads = g_cfi_usable && crlm_safe_reads_available();
     g_parked_usable = crlm_unwind_cfi_supported() && crlm_safe_reads_available();
     crlm_register_atfork();
+    pthread_mutex_lock(&g_files_lock);
+    (void)task_dir_locked();  // now, while descriptors are free
+    pthread_mutex_unlock(&g_files_lock);
     dl_iterate_phdr(find_executable_text, NULL);
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -354,6 +453,7 @@ void crlm_forget_thread(pid_t self) {
     for (int i = 0; i < MAX_THREADS; i++) {
         if (atomic_load(&g_threads[i].tid) == self) atomic_store(&g_threads[i].tid, 0);
     }
+    forget_thread_files(self);
 }
 
 /// Whether the capture signal still runs our handler: something may have reset it to SIG_DFL
@@ -365,24 +465,47 @@ static bool handler_in_place(void) {
 }
 
 /// Reads a small procfs file of thread `tid` into `buffer` (NUL-terminated); the length, or -1
-/// (errno ENOENT when the thread is gone).
+/// with errno: ESRCH or ENOENT when the thread is gone, anything else (EMFILE…) when it is
+/// unknown (see ``thread_gone``).
 static ssize_t read_task_file(pid_t tid, const char *name, char *buffer, size_t size) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
+    pthread_mutex_lock(&g_files_lock);
+    kept_files *kept = kept_locked(tid);
+    int fd = kept == NULL ? -1 : strcmp(name, "syscall") == 0 ? kept->syscall_fd : strcmp(name, "status") == 0 ? kept->status_fd : -1;
+    bool own = fd < 0;
+    if (own) fd = open_task_file_locked(tid, name);
+    if (fd < 0) {
+        int saved = errno;
+        pthread_mutex_unlock(&g_files_lock);
+        errno = saved;
+        return -1;
+    }
     size_t length = 0;
+    int failure = 0;
     while (length + 1 < size) {
-        ssize_t got = read(fd, buffer + length, size - 1 - length);
+        ssize_t got = pread(fd, buffer + length, size - 1 - length, (off_t)length);
         if (got < 0 && errno == EINTR) continue;
+        if (got < 0) failure = errno;
         if (got <= 0) break;
         length += (size_t)got;
     }
-    int saved = errno;
-    close(fd);
-    errno = saved;
+    if (own) close(fd);
+    // A kept file of a thread that exited reads ESRCH; its tid may come back for a new thread.
+    if (!own && failure != 0 && length == 0) close_kept_locked(kept);
+    pthread_mutex_unlock(&g_files_lock);
     buffer[length] = 0;
+    if (failure != 0 && length == 0) {
+        errno = failure;
+        return -1;
+    }
     return (ssize_t)length;
+}
+
+/// Whether thread `tid` is gone for certain: its task directory does not exist (access needs no
+/// descriptor). A failed read for another reason (no descriptor left) is "unknown", never "gone".
+static bool thread_gone(pid_t tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    return access(path, F_OK) != 0 && (errno == ENOENT || errno == ESRCH);
 }
 
 /// The thread's `SigBlk` and `SigPnd` (signals it blocks, signals pending for it alone).
@@ -398,7 +521,10 @@ static bool signal_sets(pid_t tid, uint64_t *blocked, uint64_t *pending) {
 
 int crlm_thread_signal_state(pid_t tid, int signal_number, bool *blocked, bool *pending) {
     uint64_t blocked_set = 0, pending_set = 0;
-    if (!signal_sets(tid, &blocked_set, &pending_set)) return errno != 0 ? errno : EIO;
+    if (!signal_sets(tid, &blocked_set, &pending_set)) {
+        int e = errno != 0 ? errno : EIO;
+        return thread_gone(tid) ? ENOENT : (e == ENOENT || e == ESRCH ? EIO : e);
+    }
     uint64_t bit = (uint64_t)1 << (signal_number - 1);
     *blocked = (blocked_set & bit) != 0;
     *pending = (pending_set & bit) != 0;
@@ -407,15 +533,22 @@ int crlm_thread_signal_state(pid_t tid, int signal_number, bool *blocked, bool *
 
 /// What `/proc/self/task/TID/syscall` says: the thread runs (`running`), or it is parked in the
 /// kernel (in system call `number`, or -1 when blocked outside one) with user `sp` and `pc`. The
-/// raw text too, to compare two readings. Returns false when the thread is gone.
+/// raw text too, to compare two readings. Returns PARKED_READ, PARKED_GONE when the thread does not
+/// exist, PARKED_UNREADABLE (errno set) when the file cannot be read (no descriptor left).
 typedef struct { bool running; long number; uint64_t sp, pc; char text[256]; } parked_state;
+enum { PARKED_READ = 1, PARKED_GONE = 0, PARKED_UNREADABLE = -1 };
 
-static bool read_parked_state(pid_t tid, parked_state *state) {
-    if (read_task_file(tid, "syscall", state->text, sizeof state->text) < 0) return false;
+static int read_parked_state(pid_t tid, parked_state *state) {
+    if (read_task_file(tid, "syscall", state->text, sizeof state->text) < 0) {
+        int e = errno;
+        if (thread_gone(tid)) return PARKED_GONE;
+        errno = e;
+        return PARKED_UNREADABLE;
+    }
     state->running = strncmp(state->text, "running", 7) == 0;
     state->number = 0;
     state->sp = state->pc = 0;
-    if (state->running) return true;
+    if (state->running) return PARKED_READ;
     // "NR a1 a2 a3 a4 a5 a6 sp pc", or "-1 sp pc"
     uint64_t fields[9];
     int count = 0;
@@ -428,20 +561,17 @@ static bool read_parked_state(pid_t tid, parked_state *state) {
         fields[count++] = value;
         cursor = end;
     }
-    if (count < 2) { state->running = true; return true; }  // unreadable: treat as running
+    if (count < 2) { state->running = true; return PARKED_READ; }  // unreadable: treat as running
     state->sp = fields[count - 2];
     state->pc = fields[count - 1];
-    return true;
+    return PARKED_READ;
 }
 
 long crlm_blocked_syscall(pid_t tid, uint64_t *first_argument) {
     parked_state state;
     *first_argument = 0;
-    if (!read_parked_state(tid, &state)) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
-        return access(path, F_OK) != 0 && errno == ENOENT ? CRLM_THREAD_GONE : CRLM_THREAD_UNKNOWN;
-    }
+    int read = read_parked_state(tid, &state);
+    if (read != PARKED_READ) return read == PARKED_GONE ? CRLM_THREAD_GONE : CRLM_THREAD_UNKNOWN;
     if (state.running) return CRLM_THREAD_RUNNING;
     // "NR a1 …": the first argument follows the number.
     char *cursor = state.text;
@@ -479,7 +609,8 @@ int crlm_capture_parked(pid_t tid, uint64_t *frames, int capacity, int *count, l
     if (!g_parked_usable) return CRLM_PARKED_UNAVAILABLE;
     if (capacity > CRLM_MAX_FRAMES) capacity = CRLM_MAX_FRAMES;
     parked_state before, after;
-    if (!read_parked_state(tid, &before)) return CRLM_PARKED_NO_THREAD;
+    int read = read_parked_state(tid, &before);
+    if (read != PARKED_READ) return read == PARKED_GONE ? CRLM_PARKED_NO_THREAD : CRLM_PARKED_UNREADABLE;
     if (before.running) return CRLM_PARKED_RUNNING;
     int64_t cpu_before = crlm_thread_cpu_ns(tid);
     size_t copied = copy_parked_stack(before.sp);
@@ -487,13 +618,29 @@ int crlm_capture_parked(pid_t tid, uint64_t *frames, int capacity, int *count, l
     int n = crlm_unwind_parked(before.sp, before.pc, g_parked_copy, (uintptr_t)before.sp, copied, frames, capacity);
     // The thread may have left the kernel while its stack was copied: keep the walk only when it
     // used no CPU meanwhile and is parked at the same place (a thread that ran has CPU time).
-    if (!read_parked_state(tid, &after)) return CRLM_PARKED_NO_THREAD;
+    read = read_parked_state(tid, &after);
+    if (read != PARKED_READ) return read == PARKED_GONE ? CRLM_PARKED_NO_THREAD : CRLM_PARKED_UNREADABLE;
     if (after.running || strcmp(before.text, after.text) != 0 || crlm_thread_cpu_ns(tid) != cpu_before) {
         return CRLM_PARKED_MOVED;
     }
     *count = n;
     *syscall_number = before.number;
     return CRLM_PARKED_CAPTURED;
+}
+
+/// Whether thread `tid` used CPU within about two milliseconds (its CPU clock moved): it runs in
+/// user space or is about to, so a signal interrupts no blocking call. Needs no descriptor.
+static bool cpu_advances(pid_t tid) {
+    int64_t before = crlm_thread_cpu_ns(tid);
+    if (before < 0) return false;
+    for (int i = 0; i < 20; i++) {
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
+        int64_t now = crlm_thread_cpu_ns(tid);
+        if (now < 0) return false;
+        if (now != before) return true;
+    }
+    return false;
 }
 
 int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *frames, int capacity,
@@ -514,6 +661,18 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
                 return CRLM_CAPTURED;
             }
             if (parked == CRLM_PARKED_NO_THREAD) { *error = ESRCH; return CRLM_NO_SUCH_THREAD; }
+            if (parked == CRLM_PARKED_UNREADABLE) {
+                // Where the thread is cannot be read (no descriptor left): a signal is sent only
+                // to a thread seen running, since one blocked in the kernel would see its call
+                // return EINTR.
+                int e = errno;
+                if (!cpu_advances(tid)) {
+                    if (thread_gone(tid)) { *error = ESRCH; return CRLM_NO_SUCH_THREAD; }
+                    *error = e;
+                    return CRLM_UNREADABLE;
+                }
+                break;
+            }
             if (parked != CRLM_PARKED_MOVED) break;
         }
     }
@@ -563,7 +722,7 @@ int crlm_capture(pid_t tid, int64_t timeout_ns, int64_t resend_ns, uint64_t *fra
                 }
                 // Parked since the first look: read it there instead of interrupting it.
                 parked_state parked;
-                if (!sent && g_parked_usable && read_parked_state(tid, &parked) && !parked.running) {
+                if (!sent && g_parked_usable && read_parked_state(tid, &parked) == PARKED_READ && !parked.running) {
                     uint64_t expected = seq;
                     if (atomic_compare_exchange_strong(&g_armed, &expected, 0)) {
                         long number = 0;

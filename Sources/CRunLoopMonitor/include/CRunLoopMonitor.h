@@ -23,7 +23,8 @@ enum {
     CRLM_NO_ANSWER = 2,       ///< the handler did not run within the bound (signal blocked, thread stuck in the kernel with the signal pending, or exited)
     CRLM_NOT_INSTALLED = 3,   ///< crlm_install was not called or failed
     CRLM_SEND_FAILED = 4,     ///< tgkill failed otherwise (errno in *error)
-    CRLM_HANDLER_REPLACED = 5 ///< the signal no longer runs our handler (reset to SIG_DFL, or another handler installed): nothing was sent
+    CRLM_HANDLER_REPLACED = 5, ///< the signal no longer runs our handler (reset to SIG_DFL, or another handler installed): nothing was sent
+    CRLM_UNREADABLE = 6       ///< where the thread is cannot be read (errno in *error: EMFILE, no descriptor left) and it is not running: nothing was sent
 };
 
 /// Outcomes of ``crlm_capture_parked``.
@@ -32,8 +33,15 @@ enum {
     CRLM_PARKED_RUNNING = 1,      ///< the thread runs (a signal is needed to read it)
     CRLM_PARKED_MOVED = 2,        ///< it left the kernel while it was read: the walk was dropped
     CRLM_PARKED_NO_THREAD = 3,
-    CRLM_PARKED_UNAVAILABLE = 4   ///< no bounded walk here (not x86-64, or process_vm_readv forbidden)
+    CRLM_PARKED_UNAVAILABLE = 4,  ///< no bounded walk here (not x86-64, or process_vm_readv forbidden)
+    CRLM_PARKED_UNREADABLE = 5    ///< its syscall file cannot be read (errno set; EMFILE: no descriptor left), though the thread exists
 };
+/// Keeps thread `tid`'s `syscall` and `status` files open (up to 64 threads), so that reading
+/// where it is needs no new descriptor, even when the process has none left. Returns whether they
+/// are kept. Dropped by ``crlm_forget_thread`` and when a read says the thread is gone.
+bool crlm_keep_thread_readable(pid_t tid);
+/// Whether ``crlm_keep_thread_readable`` keeps thread `tid`'s files.
+bool crlm_thread_kept_readable(pid_t tid);
 
 /// Reads the stack of thread `tid` while it is parked in the kernel (blocked in a system call, or
 /// stopped), without a signal: its user sp and pc from `/proc/self/task/TID/syscall`, a copy of

@@ -85,9 +85,16 @@ public enum ThreadStack {
         crlm_unregister_current_thread()
     }
 
-    /// Forgets the stack bounds of thread `threadID`, which exited.
+    /// Forgets the stack bounds of thread `threadID`, which exited, and closes its kept files.
     static func forget(threadID: Int32) {
         crlm_forget_thread(threadID)
+    }
+
+    /// Keeps thread `threadID`'s procfs files open, so that where it is can be read even when the
+    /// process has no descriptor left (see `crlm_keep_thread_readable`). Returns whether they are.
+    @discardableResult
+    static func keepReadable(threadID: Int32) -> Bool {
+        crlm_keep_thread_readable(threadID)
     }
 
     /// Installs the signal handler now (it is installed on first capture otherwise) and runs the
@@ -155,6 +162,12 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
     /// The watched thread is not known: a heartbeat source whose queue or loop has not answered
     /// a single heartbeat yet (so no thread of it was ever seen).
     case threadUnknown
+    /// Where the thread is could not be read (`/proc/self/task/TID/syscall`: `errno`, EMFILE when
+    /// the process has no descriptor left), and it was not seen using CPU: it is probably blocked
+    /// in the kernel, where a signal would cut its call short, so none was sent and its stack is
+    /// unknown. The thread exists. (Threads the stall monitor watches keep their files open, so
+    /// they are read even then; see ``StallMonitor``.)
+    case unreadable(threadID: Int32, errno: Int32)
 
     /// What went wrong, in words.
     public var description: String {
@@ -175,6 +188,8 @@ public enum ThreadStackError: Error, Sendable, Hashable, CustomStringConvertible
             "the handler of signal \(signal) was replaced (reset to its default action, or another handler installed) after ThreadStack installed its own; no signal was sent"
         case .threadUnknown:
             "the watched thread is not known yet (it never answered a heartbeat), so its stack cannot be read"
+        case .unreadable(let id, let errno):
+            "cannot read where thread \(id) is (/proc/self/task/\(id)/syscall: \(String(cString: strerror(errno)))) and it is not running; no signal sent, no stack"
         }
     }
 }
@@ -279,6 +294,8 @@ final class CaptureEngine: Sendable {
                 throw .noSuchThread(threadID: threadID)
             case Int(CRLM_HANDLER_REPLACED):
                 throw .handlerReplaced(signal: crlm_default_signal())
+            case Int(CRLM_UNREADABLE):
+                throw .unreadable(threadID: threadID, errno: error)
             case Int(CRLM_NO_ANSWER):
                 if !ProcessThreads.exists(threadID) { throw .noSuchThread(threadID: threadID) }
                 throw .noAnswer(

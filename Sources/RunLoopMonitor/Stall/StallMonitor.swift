@@ -378,6 +378,8 @@ private final class Worker: @unchecked Sendable {
         /// When the monitor last looked at the loop.
         var lastLook: ContinuousClock.Instant?
         var stall: Stall?
+        /// The thread whose procfs files are kept open for this source (0: none yet).
+        var readableThread: Int32 = 0
     }
 
     /// What the loop is doing: a pass, and a callout (or a stretch of own work) in it.
@@ -459,6 +461,13 @@ private final class Worker: @unchecked Sendable {
         let now = ContinuousClock.now
         let previousLook = watch.lastLook
         watch.lastLook = now
+        // Keep the thread's procfs files open while descriptors are free: a stall in a process whose
+        // descriptor table is full (an accept storm) must still be read.
+        if snapshot.threadID != 0, snapshot.threadID != watch.readableThread, !snapshot.threadExited,
+            ThreadStack.keepReadable(threadID: snapshot.threadID)
+        {
+            watch.readableThread = snapshot.threadID
+        }
         let busy = snapshot.activity == .busy
         let current = Key(generation: snapshot.work, callout: snapshot.step)
         // Moved on, whatever the thread did next (even if it has exited since).

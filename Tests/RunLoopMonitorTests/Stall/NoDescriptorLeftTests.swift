@@ -1,0 +1,64 @@
+import Foundation
+import RunLoopMonitor
+import SharedTestSupport
+import Testing
+
+/// Stalls in a process whose descriptor table is full: an accept storm fills it exactly when
+/// stalls matter. MonitorProbe (`emfile`) fills the table with dup() and runs a 1 s blocked
+/// callout (`usleep`) and a 0.6 s busy one on a watched loop.
+@Suite(.serialized, .exclusive(.monitor)) struct NoDescriptorLeftTests {
+    struct Event {
+        let kind: String
+        let report: StallReport
+    }
+
+    static func events(_ output: String) throws -> [Event] {
+        try output.split(separator: "\n").filter { $0.hasPrefix("{") }.map { line in
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as! [String: Any]
+            let report = try JSONSerialization.data(withJSONObject: object["report"]!)
+            return Event(kind: object["event"] as! String, report: try JSONDecoder().decode(StallReport.self, from: report))
+        }
+    }
+
+    /// The table fills after the monitor has looked at the loop: both stalls are reported with
+    /// their stacks and end when the loop moves on; the blocked call is not cut short (before:
+    /// no event at all, and a stall in progress ended as `threadExited` with the thread alive).
+    @Test func aWatchedLoopIsStillReadWhenTheTableFills() throws {
+        let probe = try runMonitorProbe(["emfile", "watching"])
+        #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
+        #expect(probe.stdout.contains("table full"), "\(probe.stdout)")
+        // The warm-up stall, then the two made with the table full.
+        let ended = try Self.events(probe.stdout).filter { $0.kind == "ended" }.map(\.report)
+        try #require(ended.count == 3, "\(probe.stdout)")
+        let (blocked, busy) = (ended[1], ended[2])
+        for report in [blocked, busy] {
+            #expect(report.endReason == .movedOn, "\(report.endReason.map { "\($0)" } ?? "nil")")
+            #expect(report.captureError == nil, "\(report.captureError ?? "")")
+            #expect(report.sampleCount > 0)
+            #expect(report.phase == "blocks")
+        }
+        #expect(blocked.duration >= .seconds(1))
+        #expect(busy.duration >= .milliseconds(600))
+        // Read where the kernel parked it, never signalled: its usleep slept its whole second.
+        #expect(probe.stdout.contains("usleep returned 0 after 10"), "\(probe.stdout)")
+    }
+
+    /// The table is full before the monitor starts, so it could keep nothing open: the stalls are
+    /// still reported from the loop's own words (phase, item, duration); the blocked one says why
+    /// it has no stack and is not signalled; the busy one (seen using CPU) is sampled by signal.
+    @Test func withNoDescriptorAtAllAStallIsStillReported() throws {
+        let probe = try runMonitorProbe(["emfile", "start"])
+        #expect(probe.status == 0, "\(probe.stdout)\n\(probe.stderr)")
+        let ended = try Self.events(probe.stdout).filter { $0.kind == "ended" }.map(\.report)
+        try #require(ended.count == 2, "\(probe.stdout)")
+        let (blocked, busy) = (ended[0], ended[1])
+        #expect(blocked.endReason == .movedOn)
+        #expect(blocked.duration >= .seconds(1))
+        #expect(blocked.phase == "blocks")
+        #expect(blocked.captureError?.contains("Too many open files") == true, "\(blocked.captureError ?? "nil")")
+        #expect(probe.stdout.contains("usleep returned 0 after 10"), "\(probe.stdout)")
+        #expect(busy.endReason == .movedOn)
+        #expect(busy.duration >= .milliseconds(600))
+        #expect(busy.sampleCount > 0)
+    }
+}
