@@ -26,6 +26,11 @@ public struct StackFrame: Sendable, Codable, Hashable {
     public var line: Int?
     /// True for a function inlined into the next frame (same address).
     public var inlined: Bool
+    /// The Swift module the function belongs to, read from its mangled name (`RunLoopKit`,
+    /// `Swift` for the standard library, the executable's module for its own code); nil for a C
+    /// function or when symbols are missing. What tells the application's code from a library's
+    /// in an optimized build, where the line table may not cover a frame's address.
+    public var module: String?
 
     /// A frame with what is known of it.
     public init(
@@ -49,7 +54,7 @@ public struct StackFrame: Sendable, Codable, Hashable {
         return line.map { "\(name) (\(fileName):\($0))" } ?? "\(name) (\(fileName))"
     }
 
-    private enum CodingKeys: String, CodingKey { case address, image, imageOffset, symbol, file, line, inlined }
+    private enum CodingKeys: String, CodingKey { case address, image, imageOffset, symbol, file, line, inlined, module }
 
     /// Decodes a frame; `inlined` may be absent (false).
     public init(from decoder: any Decoder) throws {
@@ -61,6 +66,26 @@ public struct StackFrame: Sendable, Codable, Hashable {
         file = try container.decodeIfPresent(String.self, forKey: .file)
         line = try container.decodeIfPresent(Int.self, forKey: .line)
         inlined = try container.decodeIfPresent(Bool.self, forKey: .inlined) ?? false
+        module = try container.decodeIfPresent(String.self, forKey: .module)
+    }
+
+    /// The module of a Swift mangled name (`$s10RunLoopKit…` → `RunLoopKit`, `$sSa…` and
+    /// `$ss…` → `Swift`); nil for any other name.
+    ///
+    /// - Complexity: O(length of the module's name).
+    public static func module(ofMangledName name: String) -> String? {
+        var rest = Substring(name)
+        if rest.hasPrefix("_") { rest = rest.dropFirst() }
+        guard rest.hasPrefix("$s") || rest.hasPrefix("$S") else { return nil }
+        rest = rest.dropFirst(2)
+        guard let first = rest.first else { return nil }
+        // `s` is the standard library's module, `S` + a letter one of its well-known types.
+        if first == "s" { return "Swift" }
+        if first == "S", let next = rest.dropFirst().first, next.isLetter { return next == "o" || next == "C" ? "__C" : "Swift" }
+        let digits = rest.prefix { $0.isASCII && $0.isNumber }
+        guard let length = Int(digits), length > 0 else { return nil }
+        let identifier = rest.dropFirst(digits.count).prefix(length)
+        return identifier.count == length ? String(identifier) : nil
     }
 }
 
@@ -78,29 +103,22 @@ public struct StackSample: Sendable, Codable, Hashable {
     }
 
     /// Where a thread was, in a word: in the first (most frequent) of `stacks`, the innermost
-    /// frame of the application's own code (named, with a source file that is not the Swift
-    /// toolchain's: a standard-library function specialized into the binary is not blamed), else
-    /// the innermost named frame outside the C library, the Swift runtime and a sanitizer's
-    /// runtime. What ``StallReport/stuckIn`` and ``CPUReport/hotIn`` say.
+    /// frame of the application's own code (see ``CallTree``: a standard-library function
+    /// specialized into the binary is not blamed, a frame the line table misses is), else the
+    /// innermost named frame outside the system libraries and the runtimes' entry points, else
+    /// the innermost frame that is no runtime's entry point. What ``StallReport/stuckIn`` and
+    /// ``CPUReport/hotIn`` say when the call tree blames nothing.
     static func culprit(in stacks: [StackSample]) -> String? {
         guard let frames = stacks.first?.frames else { return nil }
-        let candidates = frames.filter { frame in
+        // The application's innermost frame; else the innermost named one that is no runtime's
+        // entry point (a report never blames `swift_getGenericMetadata` for its caller's work).
+        if let own = frames.first(where: CallTree.isApplicationCode) { return own.symbol }
+        let outsideRuntimes = frames.first { frame in
             guard let symbol = frame.symbol else { return false }
-            let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
-            if image.hasPrefix("libc.so") || image.hasPrefix("libswiftCore") || image.hasPrefix("ld-linux") { return false }
-            // A sanitizer's runtime (linked into the executable in sanitized builds) and the Swift
-            // runtime's C entry points (swift_get_time…), wherever they are linked.
-            for prefix in ["__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_"]
-            where symbol.hasPrefix(prefix) {
-                return false
-            }
-            return true
+            return !CallTree.isSystemImage(frame.image) && !CallTree.isRuntimeSymbol(symbol)
         }
-        let ownCode = candidates.first { frame in
-            guard let file = frame.file else { return false }
-            return !file.contains("/swift/stdlib/") && !file.contains("<compiler-generated>") && !file.hasPrefix("/usr/")
-        }
-        return (ownCode ?? candidates.first)?.symbol ?? frames.first?.summary
+        let notARuntime = frames.first { $0.symbol.map { !CallTree.isRuntimeSymbol($0) } ?? true }
+        return (outsideRuntimes ?? notARuntime).map { $0.symbol ?? $0.summary }
     }
 }
 

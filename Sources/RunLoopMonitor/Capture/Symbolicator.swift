@@ -73,6 +73,7 @@ final class Symbolicator: Sendable {
                     address: address, image: base.path, imageOffset: address &- base.base, inlined: frame.inlined)
                 if let symbol = frame.symbol, !symbol.rawName.isEmpty, symbol.rawName != "<unknown>" {
                     stackFrame.symbol = symbol.name
+                    stackFrame.module = StackFrame.module(ofMangledName: symbol.rawName)
                     if let location = symbol.sourceLocation, !location.path.isEmpty, location.path != "<unknown>" {
                         stackFrame.file = location.path
                         stackFrame.line = location.line > 0 ? location.line : nil
@@ -122,6 +123,7 @@ final class Symbolicator: Sendable {
         if known, symbol[0] != 0 {
             var demangled = [CChar](repeating: 0, count: 2048)
             frame.symbol = crlm_demangle(symbol, &demangled, demangled.count) ? Self.string(demangled) : Self.string(symbol)
+            frame.module = StackFrame.module(ofMangledName: Self.string(symbol))
         }
         return frame
     }

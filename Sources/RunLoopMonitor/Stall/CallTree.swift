@@ -81,17 +81,35 @@ public struct CallTree: Sendable, Hashable {
     }
 
     /// Whether `frame` is the application's own code: named, in an image that is not a system or
-    /// toolchain library, from a source file that is not the Swift toolchain's or compiler-made,
-    /// and not in RunLoopKit's own modules.
+    /// toolchain library, not a runtime entry point, not in the standard library or RunLoopKit's
+    /// own modules (by its mangled name's module, or its source file), and from a source file that
+    /// is not the Swift toolchain's or compiler-made when it has one. A frame without line
+    /// information counts: in an optimized build the line table often does not cover a return
+    /// address (the call is followed by inlined standard-library code), and the caller must not
+    /// be blamed for its callee.
     static func isApplicationCode(_ frame: StackFrame) -> Bool {
-        guard let symbol = frame.symbol else { return false }
-        let image = frame.image.split(separator: "/").last.map(String.init) ?? ""
-        for prefix in systemImagePrefixes where image.hasPrefix(prefix) { return false }
-        for prefix in runtimeSymbolPrefixes where symbol.hasPrefix(prefix) { return false }
-        guard let file = frame.file else { return false }
+        guard let symbol = frame.symbol, !frame.image.isEmpty else { return false }
+        if isSystemImage(frame.image) || isRuntimeSymbol(symbol) { return false }
+        if let module = frame.module, module == "Swift" || module == "__C" || module.hasPrefix("_") || libraryModules.contains(module) {
+            return false
+        }
+        guard let file = frame.file else { return true }
         if file.contains("/swift/stdlib/") || file.contains("<compiler-generated>") || file.hasPrefix("/usr/") { return false }
         for module in libraryModules where file.contains("/Sources/\(module)/") { return false }
         return true
+    }
+
+    /// Whether `image` (a path) is a system or toolchain library.
+    static func isSystemImage(_ image: String) -> Bool {
+        let name = image.split(separator: "/").last.map(String.init) ?? ""
+        return systemImagePrefixes.contains { name.hasPrefix($0) }
+    }
+
+    /// Whether `symbol` is a runtime's entry point (the Swift runtime's C and C++ functions, a
+    /// sanitizer's, the C library's internals, RunLoopKit's C shims), wherever it is linked (a
+    /// static standard library puts the Swift runtime in the executable).
+    static func isRuntimeSymbol(_ symbol: String) -> Bool {
+        runtimeSymbolPrefixes.contains { symbol.hasPrefix($0) }
     }
 
     static let systemImagePrefixes = [
@@ -102,7 +120,8 @@ public struct CallTree: Sendable, Hashable {
     ]
     static let runtimeSymbolPrefixes = [
         "__interceptor_", "___interceptor_", "__tsan", "__asan", "__sanitizer", "atomic_load<__sanitizer", "swift_",
-        "__GI_", "__libc_", "clock_gettime", "__clock_gettime",
+        "__GI_", "__libc_", "clock_gettime", "__clock_gettime", "_swift_", "__swift", "swift::", "(anonymous namespace)::",
+        "crlk_", "crlm_",
     ]
     static let libraryModules = ["RunLoopKit", "RunLoopMonitor", "RunLoopScheduling", "RunLoopTesting", "CRunLoopKit", "CRunLoopMonitor"]
 
