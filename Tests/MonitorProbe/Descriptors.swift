@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import RunLoopKit
 import RunLoopMonitor
+import Synchronization
 
 /// Stalls while the process has no descriptor left (an accept storm fills the table exactly when
 /// stalls matter): a 1 s blocked callout (`usleep`) and a 0.6 s busy one on a watched loop.
@@ -64,5 +65,37 @@ enum Descriptors {
         let full = errno == EMFILE
         say(full ? "descriptors exhausted after \(fds.count)" : "dup failed otherwise: errno \(errno)")
         return fds
+    }
+}
+
+/// The first reports of a fresh process: how long after the stall's start its `began` and
+/// `ended` reports come (the symbol tables are not loaded yet). Prints
+/// "first began after MS ms, stuck in NAME" and "first ended after MS ms (stall MS ms), stuck in NAME".
+enum FirstReport {
+    static func measure() {
+        let worker = PermanentThread(name: "first-loop")
+        let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(20), backoff: .none, logger: nil)
+        let started = Mutex<ContinuousClock.Instant?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        monitor.start { event in
+            let now = ContinuousClock.now
+            let since = started.locked { $0 }.map { now - $0 } ?? .zero
+            let ms = since.components.seconds * 1000 + since.components.attoseconds / 1_000_000_000_000_000
+            switch event {
+            case .began(let report): say("first began after \(ms) ms, stuck in \(report.stuckIn ?? "nil")")
+            case .ended(let report):
+                say("first ended after \(ms) ms (stall \(Trust.ms(report.duration))), stuck in \(report.stuckIn ?? "nil")")
+                done.signal()
+            case .suppressed: break
+            }
+        }
+        try? worker.execute {
+            started.locked { $0 = ContinuousClock.now }
+            _ = probeCrunchNumbers(until: .now + .milliseconds(300))
+        }
+        done.wait()
+        monitor.stop()
+        worker.stop()
+        say("done")
     }
 }

@@ -51,15 +51,14 @@ enum Probes {
         let store = try! StallReportStore(directory: directory)
         let worker = PermanentThread(name: "hung-loop")
         let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(20), store: store, logger: nil)
-        monitor.start { event in
-            // The began line is on disk (the store writes before the handler runs): die now, as a
-            // process killed by the system mid-hang would.
-            if case .began = event {
-                say("began")
-                kill(getpid(), SIGKILL)
-            }
-        }
+        monitor.start { _ in }
         try? worker.execute { _ = probeCrunchNumbers(until: .now + .seconds(3600)) }
+        // Die once the began line is on disk with names (a report made before the symbol tables
+        // were loaded is stored again once they are), as a process killed by the system mid-hang
+        // would.
+        while (try? store.reports())?.contains(where: \.isSymbolicated) != true { usleep(10_000) }
+        say("began")
+        kill(getpid(), SIGKILL)
         while true { sleep(10) }
     }
 

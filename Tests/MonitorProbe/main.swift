@@ -29,6 +29,8 @@
 //                     files; two at once must leave every line whole.
 //   emfile WHEN       a 1 s blocked and a 0.6 s busy stall with no descriptor left, the table
 //                     filled while "watching" or before "start" (Descriptors.swift); JSON lines.
+//   first-report      a stall right after the monitor starts: when its began and ended reports
+//                     come (BENCHMARKS.md's first-report latency).
 //   fork              running stall and CPU monitors, then fork(): the child stops both (which
 //                     must return at once: their threads are not in the child) and exits 0; the
 //                     parent prints the child's status, then stops its own monitors.
@@ -80,6 +82,8 @@ case "bad-interval":
     _ = StallMonitor(loop: RunLoop.current, sampleInterval: .milliseconds(-1))
 case "fork":
     Probes.forkWithRunningMonitors()
+case "first-report":
+    FirstReport.measure()
 case "emfile":
     Descriptors.stallsWithNoDescriptorLeft(whenFull: arguments[2])
 case "cpu-windows":
@@ -93,6 +97,6 @@ case "torn-write":
 case "store-write":
     Probes.storeWrite(directory: arguments[2], count: Int(arguments[3])!, tag: arguments[4])
 default:
-    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | small-stack | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | emfile watching|start | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR | store-write DIR N TAG\n".utf8))
+    FileHandle.standardError.write(Data("usage: MonitorProbe trust [NAME] | fork-captures | handler-replaced | small-stack | stall | hang DIR | unfinished DIR | bad-threshold | bad-interval | fork | emfile watching|start | first-report | cpu-windows N | began DIR | pidns ARGS... | torn-write DIR | store-write DIR N TAG\n".utf8))
     exit(2)
 }

@@ -148,7 +148,7 @@ public final class CPUMonitor: Sendable {
                 "thread": "\(report.threadName)", "tid": "\(report.threadID)",
                 "cpu_percent": "\(Int(report.averageUsage * 100))", "hot_in": "\(report.hotIn ?? "?")",
             ])
-        Counter(label: MonitorReporting.MetricName.cpuHot, dimensions: [("thread", report.threadName)]).increment()
+        MonitorMetrics.increment(MonitorReporting.MetricName.cpuHot, [("thread", report.threadName)])
         state.locked { $0.handler }?.call(.hot(report))
     }
 }
@@ -232,7 +232,7 @@ private final class CPUScanner: @unchecked Sendable {
             for entry in scan.sample(now: now) where entry.threadID != ownID {
                 let (id, usage) = (entry.threadID, entry.usage)
                 guard var thread = scan.threads[id] else { continue }
-                Gauge(label: MonitorReporting.MetricName.threadCPURatio, dimensions: [("thread", thread.name)]).record(usage)
+                MonitorMetrics.set(MonitorReporting.MetricName.threadCPURatio, [("thread", thread.name)], usage)
                 if let quietUntil = thread.quietUntil, now < quietUntil {
                     scan.threads[id] = thread
                     continue

@@ -87,11 +87,14 @@ struct StackSampler {
     /// The distinct stacks so far, symbolicated, most frequent first (ties: first seen first).
     /// Stacks that differ only in where inside the same functions they were (the exact
     /// instruction, the line) are one stack: its frames are those of the first seen.
-    func samples() -> [StackSample] {
+    /// `symbolicated` false: frames as ``Symbolicator/unsymbolicatedFrames(for:)`` gives them
+    /// (no waiting for the symbol tables).
+    func samples(symbolicated: Bool = true) -> [StackSample] {
         var merged: [[String]: Int] = [:]
         var result: [StackSample] = []
         for stack in order {
-            let frames = Self.withoutSanitizerDelivery(Symbolicator.shared.frames(for: stack))
+            let frames = Self.withoutSanitizerDelivery(
+                symbolicated ? Symbolicator.shared.frames(for: stack) : Symbolicator.unsymbolicatedFrames(for: stack))
             let key = frames.map { $0.symbol ?? "\($0.image)+\($0.imageOffset)" }
             if let index = merged[key] {
                 result[index].count += counts[stack]!

@@ -27,6 +27,25 @@ final class Symbolicator: Sendable {
 
     /// Fork-safe (see ``ForkSafeLock``): a child may symbolicate while the parent was.
     private let state = ForkSafeLock { State() }
+    private let warm = Atomic<Bool>(false)
+
+    /// Whether the symbol tables of the images a stack usually crosses (the executable, the C
+    /// library, the Swift runtime) are loaded: symbolicating then takes microseconds a frame
+    /// instead of the first load's hundreds of milliseconds to seconds (a large binary's DWARF).
+    var isWarm: Bool { warm.load(ordering: .acquiring) }
+
+    /// Loads those tables, by symbolicating the calling thread's own stack; then ``isWarm``.
+    func warmUp() {
+        if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = frames(for: own.addresses) }
+        warm.store(true, ordering: .releasing)
+    }
+
+    /// What is known of `addresses` without the symbol tables (no lock, no loading): image, offset
+    /// and the nearest exported symbol, as `dladdr` gives them; what a report made before
+    /// ``isWarm`` carries.
+    static func unsymbolicatedFrames(for addresses: [UInt64]) -> [StackFrame] {
+        addresses.map { dladdrFrame($0, nil) }
+    }
 
     /// The frames of `addresses` (the first the interrupted instruction, the others return
     /// addresses); inlined functions give extra frames at the same address.
@@ -110,13 +129,13 @@ final class Symbolicator: Sendable {
     }
 
     /// What `dladdr` knows: the image and the nearest dynamic symbol, demangled.
-    private static func dladdrFrame(_ address: UInt64, _ images: ImageMap) -> StackFrame {
+    private static func dladdrFrame(_ address: UInt64, _ images: ImageMap?) -> StackFrame {
         var image = [CChar](repeating: 0, count: 1024)
         var symbol = [CChar](repeating: 0, count: 1024)
         var base: UInt64 = 0
         var symbolAddress: UInt64 = 0
         let known = crlm_dladdr(address, &image, image.count, &base, &symbol, symbol.count, &symbolAddress)
-        let fromMap = imageBase(address, images)
+        let fromMap: (path: String, base: UInt64) = images.map { Self.imageBase(address, $0) } ?? ("", 0)
         let path = fromMap.path.isEmpty ? (known ? Self.string(image) : "") : fromMap.path
         let imageBase = fromMap.path.isEmpty ? base : fromMap.base
         var frame = StackFrame(address: address, image: path, imageOffset: address &- imageBase)

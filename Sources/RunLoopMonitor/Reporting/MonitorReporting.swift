@@ -8,7 +8,7 @@ import Metrics
 /// (``CPUMonitor``): `warning`; a stall suppressed by the back-off: `debug`; a stack that could not
 /// be taken, a store that could not be written: `error`; a watched loop whose thread exited:
 /// `info`; similar stalls the back-off held back: `notice`. Metadata: `loop`, `thread`, `tid`,
-/// `phase`, `mode`, `item`, `duration_ms`, `cpu_ms`, `stuck_in`.
+/// `phase`, `mode`, `item`, `duration_ms`, `cpu_ms`, `stuck_in`, `fingerprint`.
 ///
 /// Metrics (the names any swift-metrics backend the application bootstraps receives, e.g.
 /// swift-prometheus or an OpenTelemetry exporter):
@@ -17,12 +17,14 @@ import Metrics
 /// swift-metrics `Timer` records nanoseconds, which Prometheus backends export in seconds), and
 /// every family about a loop labels it `loop` (the name given to ``StallMonitor/watch(_:name:)``
 /// or ``IterationMetrics``, else the loop thread's name), so stall and iteration metrics join on
-/// it. The table of every metric is in the DocC article "Metrics".
+/// it. `stuck_in` and `fingerprint` are bounded (``MonitorMetrics/stuckInLabelLimit``). The same
+/// families are kept in the process for ``MonitorMetrics/prometheusText()``. The table of every
+/// metric is in the DocC article "Metrics".
 ///
 /// | name | kind | dimensions | what |
 /// |---|---|---|---|
-/// | `runloop_stalls_total` | Counter | `loop`, `phase` | stalls that began (held-back ones too) |
-/// | `runloop_stall_duration_seconds` | Timer | `loop` | each stall's total duration, when it ends |
+/// | `runloop_stalls_total` | Counter | `loop`, `phase`, `stuck_in`, `fingerprint` | stalls that began (held-back ones too) |
+/// | `runloop_stall_duration_seconds` | Timer | `loop`, `stuck_in` | each stall's total duration, when it ends |
 /// | `runloop_stalls_suppressed_total` | Counter | `loop` | stalls the back-off did not report |
 /// | `runloop_thread_cpu_ratio` | Gauge | `thread` | each thread's CPU share over the last window (``CPUMonitor``; threads, not loops) |
 /// | `runloop_cpu_hot_total` | Counter | `thread` | hot-thread reports (``CPUMonitor``) |
@@ -51,6 +53,7 @@ public enum MonitorReporting {
             "cpu_ms": "\(Int(report.threadCPUTime.seconds * 1000))",
         ]
         if let stuckIn = report.stuckIn { metadata["stuck_in"] = "\(stuckIn)" }
+        if let fingerprint = report.fingerprint { metadata["fingerprint"] = "\(fingerprint)" }
         return metadata
     }
 }

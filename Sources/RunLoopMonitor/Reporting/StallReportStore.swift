@@ -170,9 +170,11 @@ public final class StallReportStore: Sendable {
         for line in lines {
             switch line.event {
             case "began":
-                if let report = line.report, began[report.id] == nil {
+                // A later `began` line of a stall is the same report symbolicated (written once the
+                // symbol tables were loaded): it replaces the first.
+                if let report = line.report {
+                    if began[report.id] == nil { order.append(report.id) }
                     began[report.id] = report
-                    order.append(report.id)
                 }
             case "ended": if let id = line.report?.id { closed.insert(id) }
             case "acknowledged": if let id = line.id { closed.insert(id) }

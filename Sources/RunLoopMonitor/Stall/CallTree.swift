@@ -80,6 +80,22 @@ public struct CallTree: Sendable, Hashable {
         heaviestPath.last { Self.isApplicationCode($0.frame) }?.name
     }
 
+    /// What identifies the stall across processes (``StallReport/fingerprint``): a 64-bit FNV-1a
+    /// hash, in 16 hex digits, of the names of the application's functions on the
+    /// ``heaviestPath``, outermost first; nil when it holds none. Names only (a rebuilt binary
+    /// moves every address), and stable across runs (no per-process hash seed).
+    public var fingerprint: String? {
+        let names = heaviestPath.filter { Self.isApplicationCode($0.frame) }.map(\.name)
+        guard !names.isEmpty else { return nil }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in names.joined(separator: "\n").utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        let digits = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - digits.count) + digits
+    }
+
     /// Whether `frame` is the application's own code: named, in an image that is not a system or
     /// toolchain library, not a runtime entry point, not in the standard library or RunLoopKit's
     /// own modules (by its mangled name's module, or its source file), and from a source file that

@@ -113,7 +113,10 @@ public final class StallMonitor: Sendable {
         var pending: [(kind: PendingKind, report: StallReport, sampler: StackSampler)] = []
     }
 
-    enum PendingKind { case began, ended, suppressed }
+    /// What the reporting thread does with a pending report: deliver it (`began`, `ended`,
+    /// `suppressed`), or only count a stall the back-off holds back (`heldBackBegan`,
+    /// `heldBackEnded`: metrics, never the handler or the store).
+    enum PendingKind { case began, ended, suppressed, heldBackBegan, heldBackEnded }
 
     /// A monitor for `loop` (any loop, not only the main one).
     ///
@@ -216,6 +219,9 @@ public final class StallMonitor: Sendable {
         fatalPrecondition(first, "StallMonitor.start(_:) called twice; a monitor starts once (make another one)")
         startedIn.store(getpid(), ordering: .releasing)
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
+        // The symbol tables load in the background (up to seconds for a large binary): reports
+        // made before are delivered unsymbolicated rather than held back (see isSymbolicated).
+        if !Symbolicator.shared.isWarm { MonitorThread(name: "rlk.stallsym") { Symbolicator.shared.warmUp() }.detach() }
         for source in sources { source.prepareForStallMonitoring() }
         let worker = Worker(monitor: self)
         reporter.locked { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
@@ -250,24 +256,26 @@ public final class StallMonitor: Sendable {
     /// The reporting thread: symbolicates each event's stacks (milliseconds for new addresses in
     /// a large binary, which must not delay sampling) and delivers it, in order.
     private func runReporter() {
-        // Load the symbol tables now: the first symbolication of a large binary takes a while.
-        if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = ThreadStack.symbolicate(own) }
+        // `began` reports stored before the symbol tables were loaded: stored again, symbolicated,
+        // once they are, so that a hang that ends in a kill is found with names at the next launch.
+        var storedUnsymbolicated: [(StallReport, StackSampler)] = []
         while true {
             let (batch, done) = shared.locked { shared in
                 defer { shared.pending.removeAll() }
                 return (shared.pending, shared.samplerDone)
             }
             for item in batch {
-                var report = item.report
-                report.attribute(item.sampler.samples())
-                if let raw = report.rawAllThreads { report.allThreads = raw.map(ThreadStack.symbolicate) }
-                switch item.kind {
-                case .began: emit(.began(report))
-                case .ended: emit(.ended(report))
-                case .suppressed: emit(.suppressed(report))
+                storeSymbolicated(&storedUnsymbolicated)
+                if let unsymbolicated = deliver(item.kind, item.report, item.sampler), store != nil {
+                    storedUnsymbolicated.append((unsymbolicated, item.sampler))
                 }
             }
+            storeSymbolicated(&storedUnsymbolicated)
             if batch.isEmpty {
+                if !storedUnsymbolicated.isEmpty && !done {
+                    reporter.locked { $0 }?.sleep(until: .now + .milliseconds(20))  // until the tables are loaded
+                    continue
+                }
                 if done {
                     // Let go of the handler: one that captures the monitor (to stop it) would
                     // otherwise keep both alive forever.
@@ -281,6 +289,55 @@ public final class StallMonitor: Sendable {
                 reporter.locked { $0 }?.sleep(until: .now + .seconds(3600))
             }
         }
+    }
+
+    /// Symbolicates a report (reporting thread) and delivers it or counts it. A stall's first
+    /// report never waits for the symbol tables (its counter must reach `/metrics` within a sample
+    /// interval of the stall's start): before they are loaded it goes out unsymbolicated. Later
+    /// reports of the stall wait for them.
+    /// Returns the raw report of a `began` delivered unsymbolicated.
+    private func deliver(_ kind: PendingKind, _ raw: StallReport, _ sampler: StackSampler) -> StallReport? {
+        var report = raw
+        let first = kind == .began || kind == .heldBackBegan
+        let symbolicated = !first || Symbolicator.shared.isWarm
+        report.attribute(sampler.samples(symbolicated: symbolicated), symbolicated: symbolicated)
+        if let raw = report.rawAllThreads { report.allThreads = raw.map(ThreadStack.symbolicate) }
+        let (stuckIn, fingerprint) = MonitorMetrics.stallLabels(report)
+        switch kind {
+        case .began, .heldBackBegan:
+            MonitorMetrics.increment(
+                MonitorReporting.MetricName.stalls,
+                [("loop", report.loop), ("phase", report.phase), ("stuck_in", stuckIn), ("fingerprint", fingerprint)])
+        case .ended, .heldBackEnded:
+            MonitorMetrics.record(MonitorReporting.MetricName.stallDuration, [("loop", report.loop), ("stuck_in", stuckIn)], duration: report.duration)
+        case .suppressed:
+            break
+        }
+        switch kind {
+        case .began: emit(.began(report))
+        case .ended: emit(.ended(report))
+        case .suppressed: emit(.suppressed(report))
+        case .heldBackBegan:
+            MonitorMetrics.increment(MonitorReporting.MetricName.stallsSuppressed, [("loop", report.loop)])
+            logger?.debug("run loop stall suppressed (same stack as earlier ones)", metadata: MonitorReporting.metadata(report))
+        case .heldBackEnded:
+            break
+        }
+        return kind == .began && !symbolicated ? raw : nil
+    }
+
+    /// Stores again, symbolicated, the `began` reports stored before the symbol tables were loaded,
+    /// once they are (a later `began` line of a stall replaces the earlier one in the store).
+    private func storeSymbolicated(_ reports: inout [(StallReport, StackSampler)]) {
+        guard !reports.isEmpty, Symbolicator.shared.isWarm, let store else { return }
+        for (raw, sampler) in reports {
+            var report = raw
+            report.attribute(sampler.samples())
+            do { try store.record(.began(report)) } catch {
+                logger?.error("cannot write the stall report to \(store.fileURL.path): \(error)")
+            }
+        }
+        reports.removeAll()
     }
 
     /// Hands an event to the reporting thread (sampling thread).
@@ -323,26 +380,12 @@ public final class StallMonitor: Sendable {
                     metadata: MonitorReporting.metadata(report))
             }
         }
-        if case .ended = event {
-            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("loop", report.loop)])
-                .recordNanoseconds(report.duration.saturatedNanoseconds)
-        }
         if let store, !event.isSummary {
             do { try store.record(event) } catch {
                 logger?.error("cannot write the stall report to \(store.fileURL.path): \(error)")
             }
         }
         shared.locked { $0.handler }?(event)
-    }
-
-    fileprivate func countStall(_ report: StallReport, suppressed: Bool) {
-        Counter(label: MonitorReporting.MetricName.stalls, dimensions: [("loop", report.loop), ("phase", report.phase)])
-            .increment()
-        if suppressed {
-            Counter(label: MonitorReporting.MetricName.stallsSuppressed, dimensions: [("loop", report.loop)])
-                .increment()
-            logger?.debug("run loop stall suppressed (same stack as earlier ones)", metadata: MonitorReporting.metadata(report))
-        }
     }
 
     fileprivate func noteThreadExit(_ source: any StallSource, threadID: Int32) {
@@ -549,8 +592,7 @@ private final class Worker: @unchecked Sendable {
             stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: threadID)
         }
         let first = report(stall, now: now)
-        monitor.countStall(first, suppressed: !decision.report)
-        if stall.reported { monitor.enqueue(.began, first, stall.sampler) }
+        monitor.enqueue(stall.reported ? .began : .heldBackBegan, first, stall.sampler)
         stall.nextSample = now + monitor.sampleInterval
         watch.stall = stall
         return stall.nextSample
@@ -600,8 +642,7 @@ private final class Worker: @unchecked Sendable {
         if stall.reported {
             monitor.enqueue(.ended, final, stall.sampler)
         } else {
-            Metrics.Timer(label: MonitorReporting.MetricName.stallDuration, dimensions: [("loop", final.loop)])
-                .recordNanoseconds(final.duration.saturatedNanoseconds)
+            monitor.enqueue(.heldBackEnded, final, stall.sampler)
             backoff.heldBack(stall.signature, final, stall.sampler)
         }
     }

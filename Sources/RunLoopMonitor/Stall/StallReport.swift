@@ -105,6 +105,18 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// graph's input (``FlameGraphPage``, `flamegraph.pl`, speedscope). ``stacks`` keeps only the
     /// most frequent distinct stacks.
     public var foldedStacks: String
+    /// The stall's identity across processes, restarts and machines running the same code: 16 hex
+    /// digits hashing the names of the application's functions on the heaviest path of the
+    /// samples' call tree, outermost first (symbol names only: no address, offset, line or process
+    /// detail), so the same stall in 50 instances is one group in a log search or an alert. Nil
+    /// when no application function was named (no stack, or symbols not loaded yet: see
+    /// ``isSymbolicated``).
+    public var fingerprint: String?
+    /// False in a report delivered before the process's symbol tables were loaded (a stall in the
+    /// first moments after ``StallMonitor/start(_:)``: the monitor never holds a `began` report
+    /// back for symbols): its frames carry image, offset and exported names only, and
+    /// ``stuckIn`` and ``fingerprint`` are nil. The stall's `ended` report is symbolicated.
+    public var isSymbolicated: Bool = true
 
     /// The stuck thread's busy share over the stall: ``threadCPUTime`` / ``cpuMeasuredOver``.
     public var cpuRatio: Double {
@@ -155,23 +167,67 @@ public struct StallReport: Sendable, Codable, Hashable {
         self.foldedStacks = foldedStacks
     }
 
-    /// Fills ``stacks``, ``stuckIn`` and ``foldedStacks`` from every sample of the stall.
-    mutating func attribute(_ samples: [StackSample]) {
+    /// Fills ``stacks``, ``stuckIn``, ``foldedStacks`` and ``fingerprint`` from every sample of
+    /// the stall; `symbolicated` false when the frames carry no symbol-table names yet.
+    mutating func attribute(_ samples: [StackSample], symbolicated: Bool = true) {
         let tree = CallTree(samples)
         stacks = Array(samples.prefix(Self.keptStacks))
+        foldedStacks = tree.folded
+        isSymbolicated = symbolicated
+        guard symbolicated else {
+            stuckIn = nil
+            fingerprint = nil
+            return
+        }
         // When the heaviest path holds no code of the application (most samples were cut short by
         // the unwinder inside the Swift runtime, say, and have none), the samples that do hold
         // some decide.
         let withApplicationCode = samples.filter { $0.frames.contains(where: CallTree.isApplicationCode) }
-        stuckIn = tree.blamed ?? CallTree(withApplicationCode).blamed ?? StackSample.culprit(in: samples)
-        foldedStacks = tree.folded
+        let fallback = CallTree(withApplicationCode)
+        stuckIn = tree.blamed ?? fallback.blamed ?? StackSample.culprit(in: samples)
+        fingerprint = tree.fingerprint ?? fallback.fingerprint
+    }
+
+    /// The report as a person reads it, several lines (what the lab prints):
+    ///
+    /// ```text
+    /// stall in 'NIO-ELT-0-#0' (thread NIO-ELT-0-#0, tid 4242), phase tick, item "tick", mode "?"
+    ///   stuck in handleSleep() for 312 ms (ended: movedOn), CPU 1 ms of 312 ms watched (0 %)
+    ///   fingerprint 5f1c0c2b9d4e7a11, 16 samples, 1 distinct stack; the top one (16 of 16):
+    ///     clock_nanosleep
+    ///     usleep
+    ///     handleSleep() (NIOStallServer.swift:52)
+    ///     …
+    /// ```
+    public var text: String {
+        var lines: [String] = []
+        lines.append("stall in '\(loop)' (thread \(threadName), tid \(threadID)), phase \(phase), item \"\(item)\", mode \"\(mode)\"")
+        let end = endReason.map { "ended: \($0.rawValue)" } ?? "going on"
+        let percent = Int((cpuRatio * 100).rounded())
+        lines.append(
+            "  stuck in \(stuckIn ?? (isSymbolicated ? "?" : "? (symbols not loaded yet)")) for \(Self.milliseconds(duration)) (\(end)), "
+                + "CPU \(Self.milliseconds(threadCPUTime)) of \(Self.milliseconds(cpuMeasuredOver)) watched (\(percent) %)")
+        if suppressedSimilar > 0 { lines.append("  \(suppressedSimilar) similar stalls held back by the back-off before this one") }
+        if let captureError { lines.append("  no stack: \(captureError)") }
+        let distinct = stacks.count == 1 ? "1 distinct stack" : "\(stacks.count) distinct stacks"
+        let top = stacks.first.map { "; the top one (\($0.count) of \(sampleCount)):" } ?? ""
+        lines.append("  fingerprint \(fingerprint ?? "-"), \(sampleCount) sample\(sampleCount == 1 ? "" : "s"), \(distinct)\(top)")
+        if let frames = stacks.first?.frames {
+            for frame in frames.prefix(12) { lines.append("    " + frame.summary) }
+            if frames.count > 12 { lines.append("    … \(frames.count - 12) more") }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private static func milliseconds(_ duration: Duration) -> String {
+        "\(duration.saturatedNanoseconds / 1_000_000) ms"
     }
 
     private enum CodingKeys: String, CodingKey {
         case id, processID, threadName, threadID, mode, phase, startedAt, durationNs, threadCPUTimeNs
         case cpuMeasuredOverNs, stacks, sampleCount, endReason, suppressedSimilar, captureError
         case loop, item, stuckIn, foldedStacks
-        case bootID, processStartTime, allThreads
+        case bootID, processStartTime, allThreads, fingerprint, isSymbolicated
     }
 
     /// Decodes the JSON form described above.
@@ -199,6 +255,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         bootID = try c.decodeIfPresent(String.self, forKey: .bootID)
         processStartTime = try c.decodeIfPresent(UInt64.self, forKey: .processStartTime)
         allThreads = try c.decodeIfPresent([ThreadStack.ThreadSnapshot].self, forKey: .allThreads)
+        fingerprint = try c.decodeIfPresent(String.self, forKey: .fingerprint)
+        isSymbolicated = try c.decodeIfPresent(Bool.self, forKey: .isSymbolicated) ?? true
     }
 
     /// Encodes the JSON form described above.
@@ -226,6 +284,8 @@ public struct StallReport: Sendable, Codable, Hashable {
         try c.encodeIfPresent(bootID, forKey: .bootID)
         try c.encodeIfPresent(allThreads, forKey: .allThreads)
         try c.encodeIfPresent(processStartTime, forKey: .processStartTime)
+        try c.encodeIfPresent(fingerprint, forKey: .fingerprint)
+        if !isSymbolicated { try c.encode(false, forKey: .isSymbolicated) }
     }
 }
 

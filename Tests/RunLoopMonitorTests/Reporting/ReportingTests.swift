@@ -138,11 +138,19 @@ private func deadProcessID() throws -> Int32 {
     monitor.start { log.append($0) }
     defer { monitor.stop() }
     try worker.execute { _ = monitorTestCrunch(until: .now + .milliseconds(200)) }
-    _ = log.wait(for: 2)
+    let events = log.wait(for: 2)
+    try #require(events.count == 2)
+    // The counter is labelled as the began report says (symbolicated or not yet), the timer as the
+    // ended one (always symbolicated); both bounded by the process's first 20 fingerprints.
+    let began = MonitorMetrics.stallLabels(events[0].report)
     let counter = try testMetrics.expectCounter(
-        MonitorReporting.MetricName.stalls, [("loop", "metered-loop"), ("phase", "blocks")])
+        MonitorReporting.MetricName.stalls,
+        [("loop", "metered-loop"), ("phase", "blocks"), ("stuck_in", began.stuckIn), ("fingerprint", began.fingerprint)])
     #expect(counter.totalValue == 1)
-    let timer = try testMetrics.expectTimer(MonitorReporting.MetricName.stallDuration, [("loop", "metered-loop")])
+    let ended = MonitorMetrics.stallLabels(events[1].report)
+    #expect(events[1].report.stuckIn == "monitorTestCrunch(until:)")
+    let timer = try testMetrics.expectTimer(
+        MonitorReporting.MetricName.stallDuration, [("loop", "metered-loop"), ("stuck_in", ended.stuckIn)])
     #expect(timer.values.count == 1)
     // The 200 ms stall, timed to the 20 ms sample interval (plus room for a loaded machine).
     #expect((timer.values.first ?? 0) >= 130_000_000)
