@@ -135,6 +135,8 @@ let package = Package(
             dependencies: [
                 "RunLoopKit",
                 "RunLoopMonitor",
+                // The one warning when more loops than its capacity report ticks.
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
             ]

@@ -141,10 +141,12 @@ extension RunLoop: StallSource {
 ///
 /// What it sees is the queue's latency: a stall starts at most `interval` after the work that
 /// blocks the queue began (the next heartbeat is sent then), and is reported `threshold` after
-/// that; so within `threshold + interval` of its start. A queue that is merely backed up longer
-/// than `threshold` (many short blocks ahead of the heartbeat) is reported too: from outside, the
-/// two look alike. A queue that never answers, from its first heartbeat on, is reported as a stall
-/// whose report carries `ThreadStackError.threadUnknown` (no thread of it was ever seen).
+/// that; so within `threshold + interval` of its start, and its duration is measured from the
+/// heartbeat's send, so up to `interval` short (a stall shorter than `threshold + interval` may
+/// be missed). A queue that is merely backed up longer than `threshold` (many short blocks ahead
+/// of the heartbeat) is reported too: from outside, the two look alike. A queue that never
+/// answers, from its first heartbeat on, is reported as a stall whose report carries
+/// `ThreadStackError.threadUnknown` (no thread of it was ever seen).
 ///
 /// - For libdispatch's main queue when no RunLoopKit loop drains it, and any serial
 ///   `DispatchQueue`: ``init(queue:name:interval:)``. On a serial queue other than the main one,
@@ -152,7 +154,12 @@ extension RunLoop: StallSource {
 ///   the one that ran the last heartbeat, so a stall's stack is right when the blocking block
 ///   runs on that thread (always for the main queue; usually for a queue that is busy).
 /// - For SwiftNIO event loops whose group was made without RunLoopMonitorNIO's tick reports:
-///   RunLoopMonitorNIO makes heartbeat sources with `EventLoop.execute`.
+///   RunLoopMonitorNIO makes heartbeat sources with `EventLoop.execute`, which learn the loop's
+///   thread from their first heartbeat and from then on read where the kernel has it at each look
+///   (parked in the loop's own `epoll_wait`, or not): a stall is then found within
+///   `threshold` + the monitor's sample interval, timed from the last look that saw the loop
+///   parked to its heartbeat's answer (within a sample interval at each end), and a heartbeat is
+///   sent only when a look finds the loop out of its wait.
 ///
 /// The heartbeat costs the queue one block per `interval` (an allocation and a queue operation)
 /// and nothing between.
@@ -172,6 +179,9 @@ public final class HeartbeatStallSource: StallSource {
     public let threadIsFixed: Bool
     private let send: @Sendable (@escaping @Sendable () -> Void) -> Bool
     private let state = HeartbeatState()
+    /// Where the watched thread waits when idle, for a queue on one thread whose wait the kernel
+    /// shows (an event loop's `epoll_wait`); nil: the heartbeat's latency only.
+    private let parkedIn: LoopWait?
 
     /// A source named `name` (nil: its thread's name) that hands each heartbeat to `send`, which runs it on the watched queue and returns
     /// true, or returns false when the queue is gone (its loop shut down): the monitor then forgets
@@ -179,8 +189,19 @@ public final class HeartbeatStallSource: StallSource {
     /// the source ends when that thread exits.
     ///
     /// - Precondition: `interval` is positive.
-    public init(
+    public convenience init(
         name: String?, interval: Duration = .milliseconds(100), threadIsFixed: Bool = false,
+        send: @escaping @Sendable (_ heartbeat: @escaping @Sendable () -> Void) -> Bool
+    ) {
+        self.init(name: name, interval: interval, threadIsFixed: threadIsFixed, parkedIn: nil, send: send)
+    }
+
+    /// A source as above whose thread, once a heartbeat found it, is judged from the kernel while
+    /// `parkedIn` can read it (with `threadIsFixed` only): parked in its own wait, it is idle and
+    /// no heartbeat is sent; anywhere else, it is busy from the last look that saw it parked, and
+    /// a heartbeat is sent to find when it moves on. (RunLoopMonitorNIO's event loops.)
+    package init(
+        name: String?, interval: Duration, threadIsFixed: Bool, parkedIn: LoopWait?,
         send: @escaping @Sendable (_ heartbeat: @escaping @Sendable () -> Void) -> Bool
     ) {
         fatalPrecondition(interval > .zero, "HeartbeatStallSource: interval must be positive (got \(interval))")
@@ -188,10 +209,12 @@ public final class HeartbeatStallSource: StallSource {
         self.threadIsFixed = threadIsFixed
         self.name = name
         self.send = send
+        self.parkedIn = threadIsFixed && parkedIn?.calls.isEmpty == false ? parkedIn : nil
     }
 
     /// Sends a heartbeat when the last one was answered `interval` ago or more; busy while one is
-    /// outstanding.
+    /// outstanding. A source that reads its thread's kernel state does that instead, once the
+    /// thread is known (see ``init(name:interval:threadIsFixed:parkedIn:send:)``).
     public func stallSnapshot() -> StallSnapshot {
         let sent = state.sent.load(ordering: .acquiring)
         let answered = state.answered.load(ordering: .acquiring)
@@ -200,6 +223,11 @@ public final class HeartbeatStallSource: StallSource {
             state.gone.store(true, ordering: .relaxed)
             return StallSnapshot(
                 activity: .idle, threadID: lastThread, work: answered, phase: "heartbeat", item: "", threadExited: true)
+        }
+        if let parkedIn, lastThread != 0, !state.gone.load(ordering: .relaxed),
+            let snapshot = kernelSnapshot(threadID: lastThread, parkedIn: parkedIn)
+        {
+            return snapshot
         }
         if !state.gone.load(ordering: .relaxed), sent == answered,
             Self.nowNs() - state.answeredAt.load(ordering: .acquiring) >= interval.saturatedNanoseconds,
@@ -229,6 +257,49 @@ public final class HeartbeatStallSource: StallSource {
             idleSince: RunLoop.instant(ofNanoseconds: answeredAt), phase: "heartbeat",
             item: outstanding ? "heartbeat \(sentNow) unanswered" : "", threadName: nil,
             threadExited: state.gone.load(ordering: .relaxed) && !outstanding)
+    }
+
+    /// The thread judged by where the kernel has it; nil when its file cannot be read now (the
+    /// heartbeat's latency is the judgement then).
+    ///
+    /// Busy from the last look that saw it parked (the monitor's own time) or from its last
+    /// heartbeat's answer, if later (the loop moved on then); a heartbeat is sent at the first
+    /// look that finds it busy, so one stuck in a unit of work has one outstanding until it moves
+    /// on, whose answer stamps the end (`answered` is the unit of work). A loop busy with short
+    /// work answers each heartbeat at once: never a stall.
+    private func kernelSnapshot(threadID: Int32, parkedIn: LoopWait) -> StallSnapshot? {
+        let sent = state.sent.load(ordering: .acquiring)
+        let answered = state.answered.load(ordering: .acquiring)
+        // The loop's own wait is learnt when nothing is outstanding: a thread parked then is the
+        // loop waiting for work (a heartbeat just sent may not have woken it yet).
+        switch parkedIn.read(threadID: threadID, mayLearn: sent == answered) {
+        case .unknown:
+            return nil
+        case .gone:
+            state.gone.store(true, ordering: .relaxed)
+            return StallSnapshot(
+                activity: .idle, threadID: threadID, work: answered, phase: "heartbeat", item: "", threadExited: true)
+        case .parked:
+            // A heartbeat outstanding while the loop waits was sent just now: its answer stamps
+            // nothing of this wait.
+            let answeredAt = state.answeredAt.load(ordering: .acquiring)
+            return StallSnapshot(
+                activity: .idle, threadID: threadID, work: answered,
+                idleSince: sent == answered ? RunLoop.instant(ofNanoseconds: answeredAt) : nil, phase: "heartbeat", item: "")
+        case .busy:
+            if sent == answered,
+                state.sent.compareExchange(expected: sent, desired: sent &+ 1, ordering: .acquiringAndReleasing).exchanged
+            {
+                state.sentAt.store(Self.nowNs(), ordering: .releasing)
+                sendHeartbeat(number: sent &+ 1)
+            }
+            let sentNow = state.sent.load(ordering: .acquiring)
+            let answeredNow = state.answered.load(ordering: .acquiring)
+            let answeredAt = state.answeredAt.load(ordering: .acquiring)
+            return StallSnapshot(
+                activity: .busy, threadID: threadID, work: answeredNow, busySince: RunLoop.instant(ofNanoseconds: answeredAt),
+                phase: "heartbeat", item: sentNow != answeredNow ? "heartbeat \(sentNow) unanswered" : "event loop work")
+        }
     }
 
     private static func nowNs() -> Int64 { RunLoop.nanoseconds(of: ContinuousClock.now) }
@@ -271,6 +342,74 @@ private final class HeartbeatState: Sendable {
     let answeredAt = Atomic<Int64>(Int64.min / 2)
     let threadID = Atomic<Int32>(0)
     let gone = Atomic<Bool>(false)
+}
+
+// MARK: - A loop's own wait
+
+/// Whether a loop's thread is parked in its own wait (an event loop's `epoll_wait` on its own
+/// epoll set), read from `/proc/self/task/<tid>/syscall`: the tick sources of RunLoopMonitorNIO
+/// and the heartbeat sources of its event loops share it.
+///
+/// The loop's own set is learnt: the first set the thread is seen waiting in (when the caller
+/// allows learning) is taken for the loop's (it is, unless a handler waits in an epoll set of its
+/// own before the loop was ever seen idle); a thread waiting in any other set is busy (a nested
+/// CFRunLoop or RunLoopKit run, a library's own poller). What was learnt belongs to the thread it
+/// was learnt for: a new thread (a new loop in a reused slot) learns afresh, even when a look
+/// that read the old thread stores after the change.
+package final class LoopWait: Sendable {
+    /// The system calls an idle epoll-based event loop waits in, on this architecture; empty where
+    /// they are not known here (no judgement is made: callers fall back).
+    package static let epollWaitCalls: Set<Int> = {
+        #if arch(x86_64)
+        [232, 281, 441]  // epoll_wait, epoll_pwait, epoll_pwait2
+        #elseif arch(arm64)
+        [22, 441]  // epoll_pwait, epoll_pwait2
+        #else
+        []
+        #endif
+    }()
+
+    /// The system calls the loop waits in.
+    package let calls: Set<Int>
+    /// The thread's kernel id in the high half, its loop's descriptor + 1 in the low half; 0
+    /// while nothing is learnt.
+    private let learnt = Atomic<UInt64>(0)
+
+    /// Where a look found the thread.
+    package enum Reading: Equatable {
+        /// The thread does not exist.
+        case gone
+        /// Parked in its loop's own wait.
+        case parked
+        /// Running, or blocked anywhere else.
+        case busy
+        /// The kernel's file could not be read (no descriptor left).
+        case unknown
+    }
+
+    /// Watching a loop that waits in one of `calls`.
+    package init(calls: Set<Int>) { self.calls = calls }
+
+    /// Where thread `threadID` is now; learns its loop's descriptor if it is parked in a wait for
+    /// the first time and `mayLearn`. Any thread; one read of the kernel's file.
+    package func read(threadID: Int32, mayLearn: Bool) -> Reading {
+        switch ProcessThreads.kernelState(of: threadID) {
+        case .gone: return .gone
+        case .unknown: return .unknown
+        case .running: return .busy
+        case .blocked(let call, let descriptor):
+            guard calls.contains(call) else { return .busy }
+            let thread = UInt64(UInt32(bitPattern: threadID)) << 32
+            let seen = thread | ((descriptor &+ 1) & 0xFFFF_FFFF)
+            let known = learnt.load(ordering: .relaxed)
+            if known != 0, known & 0xFFFF_FFFF_0000_0000 == thread { return known == seen ? .parked : .busy }
+            if mayLearn { learnt.store(seen, ordering: .relaxed) }
+            return .parked
+        }
+    }
+
+    /// Forgets the learnt descriptor (the loop's thread changed).
+    package func forget() { learnt.store(0, ordering: .relaxed) }
 }
 
 // MARK: - A thread that reports its own work
