@@ -3,7 +3,7 @@ import RunLoopKit
 import class RunLoopKit.RunLoop
 
 extension RunLoop {
-    /// Runs the loop in ``RunLoop/Mode/tracking`` for `duration`, as UIKit runs the main loop
+    /// Runs the loop in `RunLoop.Mode.tracking` for `duration`, as UIKit runs the main loop
     /// while a finger drags a scroll view: a simulated scroll, for a test of what scrolling does to
     /// the code's timers, observers and blocks.
     ///
@@ -11,7 +11,7 @@ extension RunLoop {
     /// in `.tracking`: a run in an empty mode returns `.finished` at once (CoreFoundation's rule),
     /// and the "scroll" lasts microseconds. During a real scroll UIKit's event source is in the
     /// mode; here a source that is never signalled stands for it, so the run lasts `duration`,
-    /// and the items of `.tracking` (those added for ``RunLoop/Mode/common`` included) run as
+    /// and the items of `.tracking` (those added for `.common` included) run as
     /// they would while scrolling. As UIKit does on the main loop, `.tracking` is made one of the
     /// loop's common modes first (modes stay common once made so, as in CoreFoundation).
     ///
@@ -37,8 +37,8 @@ extension RunLoop {
     /// // common: about 20 ticks; defaultOnly: 0 (it waits for the end of the scroll)
     /// ```
     ///
-    /// - Returns: What the run returned: ``RunLoop/RunResult/timedOut`` when the scroll lasted
-    ///   `duration`, ``RunLoop/RunResult/stopped`` when ``RunLoop/stop()`` ended it first.
+    /// - Returns: What the run returned: `.timedOut` when the scroll lasted
+    ///   `duration`, `.stopped` when `stop()` ended it first.
     /// - Precondition: Called on the loop's own thread.
     @discardableResult
     public func simulateTracking(for duration: Duration) -> RunResult {
