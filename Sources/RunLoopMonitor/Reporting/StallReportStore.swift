@@ -37,11 +37,11 @@ import Synchronization
 /// next write ends it first (a newline in the same `write`), so the lines after it are whole.
 ///
 /// The directory may be in a place others can write (`/var/tmp`), and the store may run as root,
-/// so it trusts nothing it did not make: it refuses (``StoreError``) a directory that the
-/// process's effective user does not own or that its group or others can write (a symlink to a
-/// directory is followed, and the directory it leads to is checked), makes a missing one with
-/// mode 0700 (again at the next write if it is removed), and opens its files with `O_NOFOLLOW`,
-/// refusing a symlink, a file that is not a regular one, or one of another user. Otherwise a user
+/// so it trusts nothing it did not make: it refuses (``StoreError``) a directory that is a symlink,
+/// that the process's effective user does not own or that its group or others can write, makes a
+/// missing one with mode 0700 (again at the next write if it is removed), and opens its files with
+/// `O_NOFOLLOW` relative to the directory it opened and checked, refusing a symlink, a file that is
+/// not a regular one, or one of another user. Otherwise a user
 /// who made the directory first could have a root process append to a file of their choosing
 /// (`stalls.jsonl -> /root/.profile`) or read back reports they forged.
 public final class StallReportStore: Sendable {
@@ -53,7 +53,9 @@ public final class StallReportStore: Sendable {
         case directoryNotOwned(path: String, owner: UInt32, effectiveUser: UInt32)
         /// The directory's group or others can write it (`mode` is its permission bits).
         case directoryWritableByOthers(path: String, mode: UInt32)
-        /// A store file is a symbolic link.
+        /// The store's directory or one of its files is a symbolic link (even to a directory or
+        /// file of the process's user: whoever can replace the link could point it elsewhere
+        /// between a check and a write).
         case symbolicLink(path: String)
         /// A store file is not a regular file (a device, a FIFO, a socket, a directory).
         case notARegularFile(path: String)
@@ -108,13 +110,13 @@ public final class StallReportStore: Sendable {
     /// exclusive `flock(2)` on `stalls.lock` in it, so that no line is split, interleaved or lost
     /// to two processes rotating at once.
     ///
-    /// - Throws: ``StoreError`` when the directory is not the process's effective user's or others
-    ///   can write it; the error of creating it.
+    /// - Throws: ``StoreError`` when the directory is a symlink, is not the process's effective
+    ///   user's or others can write it; the error of creating it.
     public init(directory: URL, maximumBytes: Int = 8 << 20, retainedFiles: Int = 1) throws {
         self.directory = directory
         self.maximumBytes = max(4096, maximumBytes)
         self.retainedFiles = min(max(0, retainedFiles), 100)
-        _ = try prepareDirectory(creating: true)
+        if let fd = try openDirectory(creating: true) { close(fd) }
     }
 
     /// A store in the directory at `path`.
@@ -202,7 +204,9 @@ public final class StallReportStore: Sendable {
     /// Flushes the file to the disk (`fsync`); nothing to do before the first line.
     public func synchronize() throws {
         try lock.locked { _ in
-            guard try prepareDirectory(creating: false), let fd = try openFile(fileURL, writing: false) else { return }
+            guard let directoryFD = try openDirectory(creating: false) else { return }
+            defer { close(directoryFD) }
+            guard let fd = try openFile(fileURL, in: directoryFD, writing: false) else { return }
             defer { close(fd) }
             guard fsync(fd) == 0 else { throw Self.posixError() }
         }
@@ -214,16 +218,17 @@ public final class StallReportStore: Sendable {
         var line = try encoder.encode(line)
         line.append(0x0A)
         try lock.locked { _ in
-            // Checked at each write: the directory may have been removed (made again here) or
-            // opened up since.
-            _ = try prepareDirectory(creating: true)
-            let lock = try lockAcross(processes: LOCK_EX)
+            // Checked at each write: the directory may have been removed (made again here),
+            // opened up or replaced since.
+            let directoryFD = try openDirectory(creating: true)!
+            defer { close(directoryFD) }
+            let lock = try lockAcross(processes: LOCK_EX, in: directoryFD)
             defer { unlockAcrossProcesses(lock) }
-            var fd = try openFile(fileURL, writing: true)!
+            var fd = try openFile(fileURL, in: directoryFD, writing: true)!
             if Self.size(of: fd) > maximumBytes {
                 close(fd)
-                rotate()
-                fd = try openFile(fileURL, writing: true)!
+                rotate(in: directoryFD)
+                fd = try openFile(fileURL, in: directoryFD, writing: true)!
             }
             defer { close(fd) }
             // A line cut short (a process killed mid-write, a full disk) is ended first, in the same
@@ -244,20 +249,21 @@ public final class StallReportStore: Sendable {
     }
 
     /// Shifts the rotated files up by one (dropping the oldest kept) and makes the current file
-    /// the previous one. Under the lock across processes. rename(2) moves a symlink itself, never
-    /// what it points to.
-    private func rotate() {
+    /// the previous one. Under the lock across processes, in the directory opened. rename(2)
+    /// moves a symlink itself, never what it points to.
+    private func rotate(in directoryFD: Int32) {
+        func name(_ url: URL) -> String { url.lastPathComponent }
         guard retainedFiles > 0 else {
-            unlink(fileURL.path)
+            unlinkat(directoryFD, name(fileURL), 0)
             return
         }
-        unlink(rotatedFileURL(retainedFiles).path)
+        unlinkat(directoryFD, name(rotatedFileURL(retainedFiles)), 0)
         if retainedFiles > 1 {
             for n in stride(from: retainedFiles - 1, through: 1, by: -1) {
-                rename(rotatedFileURL(n).path, rotatedFileURL(n + 1).path)
+                renameat(directoryFD, name(rotatedFileURL(n)), directoryFD, name(rotatedFileURL(n + 1)))
             }
         }
-        rename(fileURL.path, previousFileURL.path)
+        renameat(directoryFD, name(fileURL), directoryFD, name(previousFileURL))
     }
 
     /// How long a write waits for another process's lock before it gives up.
@@ -266,8 +272,8 @@ public final class StallReportStore: Sendable {
     /// Opens the lock file (checked as the store's files are) and takes `operation` (`LOCK_EX`,
     /// `LOCK_SH`) on it, waiting for other processes at most ``lockPatience``; returns the
     /// descriptor, which the caller lets go with ``unlockAcrossProcesses(_:)``.
-    private func lockAcross(processes operation: Int32) throws -> Int32 {
-        let fd = try openFile(lockFileURL, writing: true)!
+    private func lockAcross(processes operation: Int32, in directoryFD: Int32) throws -> Int32 {
+        let fd = try openFile(lockFileURL, in: directoryFD, writing: true)!
         let deadline = ContinuousClock.now + Self.lockPatience
         while flock(fd, operation | LOCK_NB) != 0 {
             let code = errno
@@ -289,41 +295,67 @@ public final class StallReportStore: Sendable {
         close(fd)
     }
 
-    /// Makes the directory if it is missing and `creating`, then checks it (see ``StoreError``).
-    /// Returns false when it is missing and not made.
-    private func prepareDirectory(creating: Bool) throws -> Bool {
+    /// Opens the directory, made first if it is missing and `creating`, and checks it (see
+    /// ``StoreError``); returns its descriptor, which the caller closes, or nil when it is missing
+    /// and not made. Never through a symlink (`O_NOFOLLOW`): the store's files are then opened,
+    /// renamed and removed relative to this descriptor, so the directory checked is the one
+    /// written, even if its entry is replaced meanwhile. (Symlinks in the parents are followed:
+    /// they are the parents' owners' to place.)
+    private func openDirectory(creating: Bool) throws -> Int32? {
         let path = directory.path
-        var info = stat()
-        // stat, not lstat: a symlink to a directory is followed, and the directory checked.
-        if stat(path, &info) != 0 {
-            guard errno == ENOENT else { throw Self.posixError() }
-            guard creating else { return false }
+        func open() -> Int32 { Glibc.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        var fd = open()
+        var made = false
+        if fd < 0 && errno == ENOENT {
+            guard creating else { return nil }
             try FileManager.default.createDirectory(at: directory.deletingLastPathComponent(), withIntermediateDirectories: true)
+            // Made by someone else meanwhile (EEXIST): checked below like any other.
             if mkdir(path, 0o700) == 0 {
-                chmod(path, 0o700)  // a umask may have taken bits of 0700 away
-            } else if errno != EEXIST {  // made by someone else meanwhile: checked below
+                made = true
+            } else if errno != EEXIST {
                 throw Self.posixError()
             }
-            guard stat(path, &info) == 0 else { throw Self.posixError() }
+            fd = open()
         }
-        guard info.st_mode & S_IFMT == S_IFDIR else { throw StoreError.notADirectory(path: path) }
+        guard fd >= 0 else {
+            let code = errno
+            // O_NOFOLLOW with O_DIRECTORY refuses a symlink with ELOOP or ENOTDIR: lstat tells it
+            // from a file that is not a directory.
+            if code == ELOOP || code == ENOTDIR {
+                var info = stat()
+                if lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK { throw StoreError.symbolicLink(path: path) }
+                throw StoreError.notADirectory(path: path)
+            }
+            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+        }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let error = Self.posixError()
+            close(fd)
+            throw error
+        }
         guard info.st_uid == geteuid() else {
+            close(fd)
             throw StoreError.directoryNotOwned(path: path, owner: info.st_uid, effectiveUser: geteuid())
         }
+        // A umask may have taken bits of 0700 away from the one made here.
+        if made { fchmod(fd, 0o700) }
         guard info.st_mode & 0o022 == 0 else {
+            close(fd)
             throw StoreError.directoryWritableByOthers(path: path, mode: info.st_mode & 0o7777)
         }
-        return true
+        return fd
     }
 
     /// Opens a store file: for appending (made if missing) or for reading (nil when missing). Never
-    /// through a symlink, and only a regular file of the process's effective user.
-    private func openFile(_ url: URL, writing: Bool) throws -> Int32? {
+    /// through a symlink, and only a regular file of the process's effective user. `url` names
+    /// the file in messages; it is opened by name in the directory `directoryFD`.
+    private func openFile(_ url: URL, in directoryFD: Int32, writing: Bool) throws -> Int32? {
         // O_NONBLOCK: opening a FIFO must not wait for a writer or reader (it is refused below); on
         // a regular file it changes nothing.
         // Read and write: an append reads the last byte first (endsInPartialLine).
         let access = writing ? O_RDWR | O_APPEND | O_CREAT : O_RDONLY
-        let fd = open(url.path, access | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o644)
+        let fd = openat(directoryFD, url.lastPathComponent, access | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             if errno == ELOOP { throw StoreError.symbolicLink(path: url.path) }
             if errno == ENOENT && !writing { return nil }
@@ -362,8 +394,8 @@ public final class StallReportStore: Sendable {
     private static func posixError() -> POSIXError { POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
 
     /// The file's bytes, nil when it is missing.
-    private func read(_ url: URL) throws -> [UInt8]? {
-        guard let fd = try openFile(url, writing: false) else { return nil }
+    private func read(_ url: URL, in directoryFD: Int32) throws -> [UInt8]? {
+        guard let fd = try openFile(url, in: directoryFD, writing: false) else { return nil }
         defer { close(fd) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
@@ -382,13 +414,14 @@ public final class StallReportStore: Sendable {
         let decoder = JSONDecoder()
         var lines: [Line] = []
         let files = try lock.locked { _ -> [[UInt8]] in
-            guard try prepareDirectory(creating: false) else { return [] }
+            guard let directoryFD = try openDirectory(creating: false) else { return [] }
+            defer { close(directoryFD) }
             // Shared with other readers, exclusive of writers; a directory this process cannot
             // write (a reader's) is read without it.
-            let lock = try? lockAcross(processes: LOCK_SH)
+            let lock = try? lockAcross(processes: LOCK_SH, in: directoryFD)
             defer { if let lock { unlockAcrossProcesses(lock) } }
             let rotated = stride(from: retainedFiles, through: 1, by: -1).map(rotatedFileURL)
-            return try (rotated + [fileURL]).compactMap { try read($0) }
+            return try (rotated + [fileURL]).compactMap { try read($0, in: directoryFD) }
         }
         for data in files {
             // A line cut short by a crash mid-write is skipped, not fatal.

@@ -8,7 +8,10 @@ import Synchronization
 /// and when a run of the loop ends (`exit`, nested runs included), at the observer order given
 /// (2,000,000 by default, Core Animation's). Work set during a commit (by the commit itself, or
 /// by another thread meanwhile) runs in the next iteration, and the loop is woken for it, so
-/// nothing is stranded while the loop sleeps. Several coalescers at different orders compose as
+/// nothing is stranded while the loop sleeps. Pending work keeps the coalescer's modes from
+/// counting as empty (`RunLoopPendingWork`), as CoreFoundation's pending blocks do: a run in a mode
+/// that holds nothing else commits it instead of returning `.finished` at once (work set during a
+/// commit does not keep a run nested in it alive: that run cannot commit). Several coalescers at different orders compose as
 /// the iOS main loop's observers do: a layout coalescer at 1,999,000 whose commit sets work on a
 /// display coalescer at 2,000,000 has that work committed in the same iteration.
 ///
@@ -33,7 +36,7 @@ public final class CommitCoalescer: Sendable {
         require(!modes.isEmpty, "CommitCoalescer needs at least one mode")
         self.loop = loop
         self.order = order
-        let core = Core(loop: loop)
+        let core = Core(loop: loop, modes: modes)
         self.core = core
         let detach = DetachSignal { [core] in core.detached() }
         let observer = RunLoopObserver(activities: [.beforeWaiting, .exit], order: order) { [core] _, _ in
@@ -101,6 +104,8 @@ extension CommitCoalescer {
         /// in the same pass, would wait for an unrelated wakeup.
         var committedInGeneration: UInt64 = .max
         var commits = 0
+        /// Whether the loop's thread is inside a commit now.
+        var committing = false
 
         /// The pending batch, replaced by the spare one.
         mutating func take() -> Batch {
@@ -115,10 +120,20 @@ extension CommitCoalescer {
         let running: LoopOnItsThread
         let state = Mutex(State())
         let observer = Mutex(Weak<RunLoopObserver>())
+        /// Keeps the coalescer's modes from counting as empty while work waits (see `publish`).
+        let pending: RunLoopPendingWork
 
-        init(loop: RunLoop) {
+        init(loop: RunLoop, modes: [RunLoop.Mode]) {
             self.loop = loop
             running = LoopOnItsThread(loop)
+            pending = RunLoopPendingWork(loop: loop, modes: modes)
+        }
+
+        /// Says whether work waits for a commit, under the state's lock after each change: it
+        /// keeps the coalescer's modes alive, as pending blocks do, except during a commit (a run
+        /// nested in a work item cannot commit: the observer is firing).
+        func publish(_ state: borrowing State) {
+            pending.isPending = state.valid && !state.committing && !state.pending.isEmpty
         }
 
         func set(key: Key, _ work: @escaping Work) {
@@ -132,6 +147,7 @@ extension CommitCoalescer {
                     state.pending.keys.append(key)
                     state.pending.items.append(Item(work: work))
                 }
+                if wasEmpty { publish(state) }
                 return (wasEmpty, state.committedInGeneration, true)
             }
             // Only the first work of a batch may need a wakeup (the loop is loaded only then).
@@ -148,6 +164,8 @@ extension CommitCoalescer {
                 state.committedInGeneration = generation
                 guard state.valid, !state.pending.isEmpty else { return nil }
                 state.commits += 1
+                state.committing = true
+                defer { publish(state) }
                 return state.take()
             }
             guard batch != nil else { return }
@@ -155,6 +173,8 @@ extension CommitCoalescer {
             batch!.clear()  // releases the works and keys with no lock held
             let setMeanwhile = state.locked { state -> Bool in
                 if state.valid && state.spare.keys.capacity < batch!.keys.capacity { swap(&state.spare, &batch!) }
+                state.committing = false
+                publish(state)
                 return state.valid && !state.pending.isEmpty
             }
             // Work set during the commit by a run nested in a work item: that run's passes had new
@@ -172,6 +192,7 @@ extension CommitCoalescer {
                 }
                 return (state.pending, state.spare)
             }
+            pending.invalidate()
             observer.locked { $0.value }?.invalidate()
             withExtendedLifetime(dropped) {}
         }

@@ -72,6 +72,11 @@ public struct IdleDeadline: Sendable {
 ///   task would take: then the loop sleeps until that timer, and the next period follows it. When
 ///   the queue is empty nothing keeps the loop awake: no keep-alive timer (DWU wakes its loop 10
 ///   times a second forever), no spin (a GLib idle that returns CONTINUE takes a core).
+/// - **Runs stay alive.** Queued tasks keep the queue's modes from counting as empty
+///   (`RunLoopPendingWork`), as CoreFoundation's pending blocks do: a run in a mode that holds
+///   nothing else runs them instead of returning `.finished` at once, and ends `.finished` once
+///   the last one ran. An empty queue keeps nothing alive, and neither do tasks queued during an
+///   idle period for a run nested in one of its tasks (that run cannot start another period).
 /// - **Keys.** A task with a key replaces the queued task with that key, in O(1) (Texture's
 ///   ASRunLoopQueue scans the queue).
 /// - **Capacity.** Past `capacity` tasks the oldest is dropped and counted in ``droppedCount``.
@@ -237,12 +242,22 @@ extension IdleTaskQueue {
         let state = Mutex(State())
         let observer = Mutex(Weak<RunLoopObserver>())
         let timer = Mutex<RunLoopTimer?>(nil)
+        /// Keeps the queue's modes from counting as empty while tasks are queued (see `publish`).
+        let pending: RunLoopPendingWork
 
         init(loop: RunLoop, modes: [RunLoop.Mode], budget: Duration, capacity: Int) {
             self.loop = loop
             self.modes = modes
             self.budget = budget
             self.capacity = capacity
+            pending = RunLoopPendingWork(loop: loop, modes: modes)
+        }
+
+        /// Says whether tasks wait for an idle period, under the state's lock after each change:
+        /// they keep the queue's modes alive, as pending blocks do, except during a period (a run
+        /// nested in a task cannot start another period: the observer is firing).
+        func publish(_ state: borrowing State) {
+            pending.isPending = state.valid && !state.inPeriod && !state.live.isEmpty
         }
 
         func enqueue(key: Key?, timeout: Duration?, _ task: @escaping Task) -> Bool {
@@ -269,6 +284,7 @@ extension IdleTaskQueue {
                     state.deadlines.insert(Deadline(at: at, sequence: sequence))
                     rearm = state.timerArmedFor.map { at < $0 } ?? true
                 }
+                publish(state)
                 // Inside its own period the loop stays awake if tasks remain; anywhere else the
                 // loop may be asleep, or past this observer in its pass.
                 return (true, !(state.inPeriod && loop.isCurrent), rearm)
@@ -282,6 +298,7 @@ extension IdleTaskQueue {
         func cancel(key: Key) {
             let removed = state.locked { state -> Entry? in
                 guard let sequence = state.byKey[key] else { return nil }
+                defer { publish(state) }
                 return state.remove(sequence)
             }
             withExtendedLifetime(removed) {}
@@ -299,6 +316,7 @@ extension IdleTaskQueue {
             if let timer, timer < end { end = timer }
             let (limit, estimate) = state.locked { state -> (UInt64, Duration) in
                 state.inPeriod = true
+                publish(state)
                 return (state.next, state.averageTask)
             }
             var average = estimate
@@ -319,6 +337,7 @@ extension IdleTaskQueue {
             let remaining = state.locked { state -> Bool in
                 state.inPeriod = false
                 state.averageTask = average
+                publish(state)
                 return state.valid && !state.live.isEmpty
             }
             guard remaining else { return }
@@ -340,6 +359,7 @@ extension IdleTaskQueue {
                 state.live[sequence] = entry
                 state.order.append(sequence)
                 if let key = entry.key { state.byKey[key] = sequence }
+                publish(state)
                 guard let timeout = entry.timeout else { return false }
                 let at = deadline(after: timeout)
                 state.deadlines.insert(Deadline(at: at, sequence: sequence))
@@ -389,6 +409,7 @@ extension IdleTaskQueue {
                     }
                 }
                 state.timerArmedFor = nil
+                publish(state)
                 return expired
             }
             for entry in expired {
@@ -410,6 +431,7 @@ extension IdleTaskQueue {
                 state.deadlines = Heap()
                 return all
             }
+            pending.invalidate()
             observer.locked { $0.value }?.invalidate()
             let pending = timer.locked { timer -> RunLoopTimer? in
                 defer { timer = nil }

@@ -13,10 +13,17 @@ import Synchronization
 /// is woken for it: a closure that defers itself forever runs once per iteration and cannot
 /// starve timers or sources.
 ///
+/// What the innermost level holds keeps the pool's modes from counting as empty
+/// (`RunLoopPendingWork`), as CoreFoundation's pending blocks do: a run in a mode that holds
+/// nothing else drains it instead of returning `.finished` at once. An outer level's work does not
+/// keep a nested run alive (that run does not drain it), nor does work handed over during a drain.
+///
 /// A deferred closure or a `deinit` may run the loop nested: that run pushes its own level at
 /// `entry` but cannot pop it at `exit` (the drain's observer is firing, and an observer is never
 /// re-entered), so the drain folds what such runs left into the level below, for the next drain,
-/// as popping an outer autorelease pool pops the inner ones.
+/// as popping an outer autorelease pool pops the inner ones; levels are kept by the loop's run
+/// depth, so a level left behind is found by the next run at its depth too. The loop is woken for
+/// the next drain even when such a run took the wakeup meant for it.
 ///
 /// Any thread may hand objects and closures over; they are let go on the loop's thread. The pool
 /// stays on its loop until ``invalidate()`` or the loop's thread exits; either lets go of
@@ -53,7 +60,7 @@ public final class IterationPool: Sendable {
         self.loop = loop
         self.pushOrder = pushOrder
         self.popOrder = popOrder
-        let core = Core(loop: loop)
+        let core = Core(loop: loop, modes: modes)
         self.core = core
         let detach = DetachSignal { [core] in core.detached() }
         let push = RunLoopObserver(activities: .entry, order: pushOrder) { [core] _, _ in
@@ -76,7 +83,7 @@ public final class IterationPool: Sendable {
     public func `defer`(_ body: @escaping @Sendable () -> Void) { core.hand(.closure(body)) }
 
     /// How many objects and closures wait for the next drain, all levels together.
-    public var pendingCount: Int { core.state.locked { $0.levels.reduce(0) { $0 + $1.count } } }
+    public var pendingCount: Int { core.state.locked { $0.pendingCount } }
 
     /// Whether the pool is still on its loop.
     public var isValid: Bool { core.state.locked { $0.valid } }
@@ -103,27 +110,61 @@ extension IterationPool {
         case closure(@Sendable () -> Void)
     }
 
+    /// What one run level holds: the run depth whose `entry` pushed it (1 for the outermost
+    /// run's level, which also takes what is handed over while the loop does not run).
+    struct Level: Sendable {
+        let depth: Int
+        var items: [Item] = []
+    }
+
     struct State: ~Copyable {
         var valid = true
-        /// One list per run level in progress, innermost last; the outermost run's list also
-        /// holds what is handed over while the loop does not run.
-        var levels: [[Item]] = [[]]
-        /// Runs in progress (nested included).
-        var depth = 0
+        /// One level per run in progress in the pool's modes, innermost last. Levels deeper than
+        /// the run draining are stale: pushed by a run nested in a drain's callout, whose exit
+        /// could not pop them (see `foldLevels(deeperThan:)`).
+        var levels: [Level] = [Level(depth: 1)]
         var draining = false
+
+        var pendingCount: Int { levels.reduce(0) { $0 + $1.items.count } }
+
+        /// Moves what levels deeper than `depth` hold into the level below them, and drops them:
+        /// the runs that pushed them are over, and the run at `depth` (or the enclosing one)
+        /// drains what they left. The outermost level stays.
+        mutating func foldLevels(deeperThan depth: Int) {
+            while levels.count > 1, levels[levels.count - 1].depth > depth {
+                let stale = levels.removeLast()
+                levels[levels.count - 1].items.append(contentsOf: stale.items)
+            }
+        }
     }
 
     final class Core: Sendable {
         weak let loop: RunLoop?
+        let running: LoopOnItsThread
         let state = Mutex(State())
         let observers = Mutex<[Weak<RunLoopObserver>]>([])
+        /// Keeps the pool's modes from counting as empty while work waits (see `publish`).
+        let pending: RunLoopPendingWork
 
-        init(loop: RunLoop) { self.loop = loop }
+        init(loop: RunLoop, modes: [RunLoop.Mode]) {
+            self.loop = loop
+            running = LoopOnItsThread(loop)
+            pending = RunLoopPendingWork(loop: loop, modes: modes)
+        }
+
+        /// Says whether the innermost level holds work, under the state's lock after each change:
+        /// it keeps the pool's modes alive, as pending blocks do. Not an outer level's (a nested
+        /// run cannot drain it), and not during a drain (a run nested in a deferred closure or a
+        /// deinit cannot drain: the observer is firing).
+        func publish(_ state: borrowing State) {
+            pending.isPending = state.valid && !state.draining && !state.levels[state.levels.count - 1].items.isEmpty
+        }
 
         func hand(_ item: Item) {
             let (accepted, wake) = state.locked { state -> (Bool, Bool) in
                 guard state.valid else { return (false, false) }
-                state.levels[state.levels.count - 1].append(item)
+                state.levels[state.levels.count - 1].items.append(item)
+                publish(state)
                 return (true, state.draining)
             }
             if !accepted { withExtendedLifetime(item) {} }
@@ -133,51 +174,62 @@ extension IterationPool {
             if wake || !loop.isCurrent { loop.wakeUp() }
         }
 
+        /// The `entry` observer: a level for the run starting, unless it is the outermost one.
         func push() {
+            let depth = running.withLoop { $0.runDepthOnOwnThread }
             state.locked { state in
-                state.depth += 1
-                if state.depth > 1 { state.levels.append([]) }
+                // Levels as deep as this run's are stale (runs nested in a drain, now over).
+                state.foldLevels(deeperThan: depth - 1)
+                if depth > 1 { state.levels.append(Level(depth: depth)) }
+                publish(state)
             }
         }
 
+        /// The `beforeWaiting` and `exit` observer: lets go of what the innermost level holds
+        /// (with what stale levels above it left), last in first out, one at a time; at `exit`
+        /// the level of a nested run is popped first, so what its drain hands over goes to the
+        /// enclosing run's level.
         func drain(popping: Bool) {
-            let (items, height, depth) = state.locked { state -> ([Item], Int, Int) in
-                let items = state.levels[state.levels.count - 1]
-                state.levels[state.levels.count - 1] = []
-                if popping {
-                    if state.levels.count > 1 && state.depth > 1 { state.levels.removeLast() }
-                    state.depth = max(0, state.depth - 1)
+            let depth = running.withLoop { $0.runDepthOnOwnThread }
+            var items = state.locked { state -> [Item] in
+                state.foldLevels(deeperThan: depth)
+                let top = state.levels.count - 1
+                let items = state.levels[top].items
+                if popping && top > 0 && state.levels[top].depth == depth {
+                    state.levels.removeLast()
+                } else {
+                    state.levels[top].items = []
                 }
                 state.draining = true
-                return (items, state.levels.count, state.depth)
+                publish(state)
+                return items
             }
-            var pending = items
-            while let item = pending.popLast() {
+            // Owned here alone: each item is let go as it is popped, so a deinit runs inside the
+            // drain, in order, not when the array goes at the end.
+            while let item = items.popLast() {
                 if case .closure(let body) = item { body() }
                 // an object is let go here, as `item` goes out of scope
             }
-            let orphans = state.locked { state -> Bool in
+            let again = state.locked { state -> Bool in
                 state.draining = false
-                // A run nested in a deferred closure or a deinit pushed a level at its entry, but
-                // its exit could not pop it: this observer was firing (an observer is never
-                // re-entered). Those runs are over; what they left goes to the level below, for
-                // the next drain.
-                guard state.levels.count > height else { return false }
-                let left = state.levels[height...].joined()
-                state.levels.removeSubrange(height...)
-                state.levels[height - 1].append(contentsOf: left)
-                state.depth = depth
-                return !left.isEmpty
+                // Runs nested in a deferred closure or a deinit pushed levels their exits could not
+                // pop (this observer was firing): what they left goes to this run's level.
+                state.foldLevels(deeperThan: popping ? depth - 1 : depth)
+                publish(state)
+                return !popping && !state.levels[state.levels.count - 1].items.isEmpty
             }
-            if orphans { loop?.wakeUp() }
+            // Handed over during the drain: the next drain must come, and the wakeup `hand` asked
+            // for may have been taken by a run nested in a callout.
+            if again { running.withLoop { $0.wakeUp() } }
         }
 
         func invalidate() {
-            let dropped = state.locked { state -> [[Item]] in
+            let dropped = state.locked { state -> [Level] in
                 state.valid = false
-                defer { state.levels = [[]] }
+                defer { state.levels = [Level(depth: 1)] }
                 return state.levels
             }
+            pending.invalidate()
             for observer in observers.locked({ $0 }) { observer.value?.invalidate() }
             withExtendedLifetime(dropped) {}
         }

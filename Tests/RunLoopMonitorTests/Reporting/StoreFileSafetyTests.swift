@@ -28,6 +28,36 @@ import Testing
     #expect(refused.description.contains("symbolic link"))
 }
 
+/// A store directory that is a symlink is refused, even to a private directory of the process's
+/// user: whoever can replace the directory's entry in its parent could point it anywhere between
+/// a check and a write. Also when the directory is swapped for a symlink after the store was made.
+@Test func aSymlinkedStoreDirectoryIsRefused() throws {
+    let parent = try storeTestDirectory()
+    let target = try storeTestDirectory()
+    defer {
+        try? FileManager.default.removeItem(at: parent)
+        try? FileManager.default.removeItem(at: target)
+    }
+    try #require(chmod(target.path, 0o700) == 0)
+    let link = parent.appendingPathComponent("stalls")
+    try FileManager.default.createSymbolicLink(at: link, withDestinationURL: target)
+    let refused = StallReportStore.StoreError.symbolicLink(path: link.path)
+    #expect(throws: refused) { try StallReportStore(directory: link) }
+    #expect(refused.description.contains("symbolic link"))
+
+    // Made on a real directory, which is then replaced by a symlink to another one.
+    let directory = parent.appendingPathComponent("real")
+    let store = try StallReportStore(directory: directory)
+    try store.record(.began(storeTestReport(id: "a", processID: neverRunningProcessID)))
+    try FileManager.default.removeItem(at: directory)
+    try FileManager.default.createSymbolicLink(at: directory, withDestinationURL: target)
+    let swapped = StallReportStore.StoreError.symbolicLink(path: directory.path)
+    #expect(throws: swapped) { try store.record(.began(storeTestReport(id: "b", processID: neverRunningProcessID))) }
+    #expect(throws: swapped) { try store.unfinished() }
+    #expect(throws: swapped) { try store.synchronize() }
+    #expect(try FileManager.default.contentsOfDirectory(atPath: target.path).isEmpty)
+}
+
 /// A forged previous file (a symlink to a file of reports the attacker wrote) is not read.
 @Test func aSymlinkedPreviousFileIsNotRead() throws {
     let directory = try storeTestDirectory()

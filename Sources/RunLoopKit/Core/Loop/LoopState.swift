@@ -116,6 +116,9 @@ struct ModeState: Sendable {
     var interestSet: EpollBackend.InterestSet?
     /// Making the interest set failed (logged once until it succeeds).
     var interestSetFailed = false
+    /// How many `RunLoopPendingWork` objects hold the mode (the common modes' count is the loop's
+    /// `commonPendingWork`): a reference, read by runs without the lock.
+    let pendingWork = PendingWorkCount()
 
     init(name: RunLoop.Mode) { self.name = name }
 

@@ -68,7 +68,8 @@ extension RunLoop {
 
     /// Why a run returned (CFRunLoopRunResult, with CoreFoundation's raw values).
     public enum RunResult: Int32, Sendable, CustomStringConvertible {
-        /// The mode has no sources, timers or pending blocks (or was ``Mode/common``).
+        /// The mode has no sources, timers, pending blocks or pending work (``RunLoopPendingWork``),
+        /// or was ``Mode/common``.
         case finished = 1
         /// ``RunLoop/stop()`` ended the run.
         case stopped = 2

@@ -29,6 +29,7 @@ import SystemPackage
 //             reportPass()                      // only while an iteration reporter listens
 //             exit: (handled || handled1) && returnAfterSourceHandled -> .handledSource
 //                   timeout passed -> .timedOut; stop() -> .stopped; mode empty -> .finished
+//                   (empty: no sources, timers, blocks or RunLoopPendingWork for the mode)
 //         doObservers(exit)
 //
 // Who may call what, and the locks behind it, are in RunLoop.swift; the wake protocol in
@@ -41,8 +42,9 @@ extension RunLoop {
     /// nothing left to do, or (with `returnAfterSourceHandled`) a source was handled
     /// (`CFRunLoopRunInMode`).
     ///
-    /// Running in ``Mode/common``, or in a mode with no sources, timers or pending blocks, returns
-    /// ``RunResult/finished`` at once without calling observers. A negative timeout counts as zero:
+    /// Running in ``Mode/common``, or in a mode with no sources, timers, pending blocks or pending
+    /// work (``RunLoopPendingWork``), returns ``RunResult/finished`` at once without calling
+    /// observers. A negative timeout counts as zero:
     /// the loop makes one pass without sleeping. Runs nest: a callback may run the loop again, in
     /// any mode.
     ///
@@ -70,6 +72,10 @@ extension RunLoop {
             mode: mode, modeIndex: modeIndex, deadline: deadline, pollOnly: timeoutNs <= 0,
             returnAfterSourceHandled: returnAfterSourceHandled)
         if _slowPath(context.pass.tracing) { traceRunBegin(&context) }
+        // A run waiting for pending work ends once that work is done (see `handedOverWorkPending`);
+        // the entry observers would read the items anyway.
+        refreshItems(&context)
+        context.pendingWorkLetGo = pendingWorkLetGo(context)
         doObservers(.entry, &context)
         let result = runPasses(&context)
         doObservers(.exit, &context)
@@ -341,13 +347,15 @@ extension RunLoop {
         inbox.takeAll(appendingTo: &confined.blocks, spare: &confined.spareInboxBuffer)
     }
 
-    /// The index of `mode` if a run in it has something to do (sources, timers or pending blocks
-    /// for it; observers do not count); nil for an empty mode or one never made (modes are found,
-    /// never made, by a run, as `CFRunLoopRunInMode` does). Loop thread only.
+    /// The index of `mode` if a run in it has something to do (sources, timers, pending work or
+    /// pending blocks for it; observers do not count); nil for an empty mode or one never made
+    /// (modes are found, never made, by a run, as `CFRunLoopRunInMode` does). Loop thread only.
     private func indexIfHasWork(_ mode: Mode) -> Int? {
         let (index, noItems, modeIsCommon) = state.locked { state -> (Int?, Bool, Bool) in
             guard let index = state.modeIndex[mode] else { return (nil, true, false) }
-            return (index, state.hasNoItems(index), state.isCommon(mode))
+            let isCommon = state.isCommon(mode)
+            let held = state.modes[index].pendingWork.isHeld || (isCommon && commonPendingWork.isHeld)
+            return (index, state.hasNoItems(index) && !held, isCommon)
         }
         guard let index else { return nil }
         return noItems && !hasBlocks(for: mode, modeIsCommon: modeIsCommon) ? nil : index
@@ -574,24 +582,48 @@ extension RunLoop {
                 needsInterestSet: !mode.descriptors.isEmpty && mode.interestSet == nil,
                 interestSetStale: mode.interestSetStale,
                 modeIsCommon: state.isCommon(mode.name),
-                dispatchPort: state.dispatchPort.flatMap { port in mode.sources1.contains { $0 === port } ? port : nil }
+                dispatchPort: state.dispatchPort.flatMap { port in mode.sources1.contains { $0 === port } ? port : nil },
+                pendingWork: mode.pendingWork
             )
         }
     }
 
-    /// Whether the mode has nothing left to do (no sources, timers or blocks for it); lock-free
-    /// unless it has neither sources nor timers and blocks are queued.
+    /// Whether the mode has nothing left to do (no sources, timers, pending work or blocks for
+    /// it); lock-free unless it has neither sources nor timers and blocks are queued.
     private func isModeEmpty(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
         return hasNoWork(context)
     }
 
-    /// Whether the run's items as last read, and the blocks for its mode, leave it nothing to do.
+    /// Whether the run's items as last read, the pending work for its mode and the blocks for it
+    /// leave it nothing to do.
     @inline(__always)
     func hasNoWork(_ context: RunContext) -> Bool {
-        if !context.items.sources.isEmpty || context.items.timerCount > 0 || !context.items.sources1.isEmpty {
-            return false
-        }
+        hasNoItems(context) && !holdsPendingWork(context) && hasNoBlocks(context)
+    }
+
+    /// Whether the run's items as last read hold no source, timer or version-1 source.
+    @inline(__always)
+    func hasNoItems(_ context: RunContext) -> Bool {
+        context.items.sources.isEmpty && context.items.timerCount == 0 && context.items.sources1.isEmpty
+    }
+
+    /// Whether a `RunLoopPendingWork` holds the run's mode (or the common modes, if it is one).
+    /// Two atomic loads.
+    @inline(__always)
+    private func holdsPendingWork(_ context: RunContext) -> Bool {
+        context.items.pendingWork?.isHeld == true || (context.items.modeIsCommon && commonPendingWork.isHeld)
+    }
+
+    /// How many times pending work of the run's mode (or of the common modes, if it is one) was
+    /// let go so far. Two atomic loads.
+    @inline(__always)
+    func pendingWorkLetGo(_ context: RunContext) -> UInt64 {
+        (context.items.pendingWork?.letGo ?? 0) &+ (context.items.modeIsCommon ? commonPendingWork.letGo : 0)
+    }
+
+    @inline(__always)
+    private func hasNoBlocks(_ context: RunContext) -> Bool {
         if !inbox.hasReady && confined.blocks.isEmpty { return true }
         return !hasBlocks(for: context.mode, modeIsCommon: context.items.modeIsCommon)
     }

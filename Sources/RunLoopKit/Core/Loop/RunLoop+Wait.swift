@@ -212,13 +212,16 @@ extension RunLoop {
         return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
             || wake.stopPending(context.id)
             || context.ignoredWakeUp && hasNoWork(context)
+            || hasNoItems(context) && pendingWorkLetGo(context) != context.pendingWorkLetGo && hasNoWork(context)
     }
 
-    // The last check above: a pass that began after a wakeUp() was ignored (from the end of a
+    // The last two checks above: a pass that began after a wakeUp() was ignored (from the end of a
     // sleep to the next pass, as CoreFoundation ignores it) does not sleep with its mode empty
     // (items as `prepareToWait` re-read them). That wakeUp may come from a thread that emptied the
     // mode to end the run: if it removed the last item after the previous pass's emptiness check,
     // nothing else would end this sleep, and the run ends as `.finished` instead. Without an
     // ignored wakeUp, a pass sleeps with its mode empty as CoreFoundation's does (e.g. a run
-    // whose only work was a block).
+    // whose only work was a block). Nor does a pass whose mode is empty after pending work of it
+    // (RunLoopPendingWork) was let go during the run: that work is done at beforeWaiting, just
+    // before this check, and a run that waited for it ends `.finished` at the end of this pass.
 }

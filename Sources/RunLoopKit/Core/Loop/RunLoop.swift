@@ -88,6 +88,9 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     /// Bumped (under the lock) whenever a mode's sources, observers or timers change, so a run can
     /// keep its mode's item lists between passes and re-read them only after a change.
     let itemsVersion = Atomic<UInt64>(0)
+    /// How many `RunLoopPendingWork` objects hold ``Mode/common`` (each mode's own count is in
+    /// its `ModeState`).
+    let commonPendingWork = PendingWorkCount()
     /// Blocks on their way from ``perform(inModes:_:)->()`` to the loop's thread.
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
@@ -199,6 +202,10 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
 
     /// How many runs of the loop are in progress (nested runs count each). Any thread.
     package var runDepth: Int { state.locked { $0.runningModes.count } }
+
+    /// ``runDepth`` without the lock, for the loop's own callouts (an observer's): only on the
+    /// loop's thread, which alone changes it.
+    package var runDepthOnOwnThread: Int { confined.runDepth }
 
     /// Whether the loop was made before this process was forked (so it belongs to the parent).
     @inline(__always)

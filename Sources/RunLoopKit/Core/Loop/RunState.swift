@@ -21,6 +21,10 @@ struct RunContext {
     /// Whether a ``RunLoop/wakeUp()`` was ignored before the current pass began (`beginPass`):
     /// its wait then checks that the mode is not empty before it sleeps (`handedOverWorkPending`).
     var ignoredWakeUp = false
+    /// How many times pending work of the run's mode (`RunLoopPendingWork`) had been let go when
+    /// the run began: once it moves, a pass does not sleep with the mode empty
+    /// (`handedOverWorkPending`), and the run ends `.finished`.
+    var pendingWorkLetGo: UInt64 = 0
     /// The enclosing run's phase and its start, published again when this run ends.
     let outerPhase: RunLoop.Phase
     let outerPhaseStartNs: Int64
@@ -56,6 +60,8 @@ struct ModeItems {
     var modeIsCommon = false
     /// The loop's dispatch port (the main queue's descriptor source) when it is in this mode.
     var dispatchPort: FileDescriptorSource?
+    /// The mode's count of `RunLoopPendingWork` holding it.
+    var pendingWork: PendingWorkCount?
 }
 
 /// What a wait does once it has decided to wait: nothing (the deadline passed), sleep in the
