@@ -29,6 +29,14 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
+        // One fresh process's first stall report: the `firstreport` workload runs it.
+        .executableTarget(
+            name: "firstreport-bench",
+            dependencies: [
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopMonitor", package: "RunLoopKit"),
+            ]
+        ),
         .executableTarget(
             name: "runloop-bench",
             dependencies: [

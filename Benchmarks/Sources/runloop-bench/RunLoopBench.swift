@@ -19,6 +19,8 @@ func workloads(full: Bool) -> [any Workload] {
         churn,
         MessagePortWorkload(),
         StallMonitorWorkload(),
+        MonitorCostWorkload(),
+        FirstReportWorkload(),
         StackCaptureWorkload(),
         ParkedCaptureWorkload(),
         CPUScanWorkload(),
