@@ -24,7 +24,7 @@ let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(100), sam
 let started = Mutex<ContinuousClock.Instant?>(nil)
 let done = DispatchSemaphore(value: 0)
 monitor.start { event in
-    let since = started.locked { $0 }.map { ContinuousClock.now - $0 } ?? .zero
+    let since = started.withLock { $0 }.map { ContinuousClock.now - $0 } ?? .zero
     switch event {
     case .began(let report):
         print("began_ms=\(milliseconds(since))")
@@ -37,7 +37,7 @@ monitor.start { event in
     }
 }
 try worker.execute {
-    started.locked { $0 = ContinuousClock.now }
+    started.withLock { $0 = ContinuousClock.now }
     _ = spin(until: .now + .milliseconds(300))
 }
 done.wait()
