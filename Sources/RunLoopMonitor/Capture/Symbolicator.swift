@@ -1,4 +1,6 @@
 import CRunLoopMonitor
+import Dispatch
+import Glibc
 @_spi(Internal) import Runtime
 import RunLoopKit
 import Synchronization
@@ -10,6 +12,12 @@ import Synchronization
 /// specialized functions are local symbols). Building a `Backtrace` from captured addresses is
 /// its `@_spi(Internal)` API, which may change between toolchains; when it gives nothing, the
 /// frame gets `dladdr`'s dynamic symbol (demangled) or no name, and always its image and offset.
+///
+/// The runtime's symbolicator keeps the ELF images it loaded in a cache per thread, and loading a
+/// large binary's tables takes from hundreds of milliseconds to seconds: so every resolution runs
+/// on one thread, `rlk.symbols` (started at the first, then parked), whose cache ``warmUp()``
+/// fills. A call whose addresses are all cached returns without it. In a child made by `fork()`,
+/// where that thread does not exist, the calling thread resolves.
 final class Symbolicator: Sendable {
     static let shared = Symbolicator()
 
@@ -34,22 +42,51 @@ final class Symbolicator: Sendable {
     /// instead of the first load's hundreds of milliseconds to seconds (a large binary's DWARF).
     var isWarm: Bool { warm.load(ordering: .acquiring) }
 
-    /// Loads those tables, by symbolicating the calling thread's own stack; then ``isWarm``.
+    /// Loads those tables on the symbolication thread (by symbolicating its own stack), in the
+    /// background; ``isWarm`` once done.
     func warmUp() {
-        if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = frames(for: own.addresses) }
-        warm.store(true, ordering: .releasing)
+        worker.post { [self] in
+            if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = resolveHere(own.addresses) }
+            warm.store(true, ordering: .releasing)
+        }
     }
 
-    /// What is known of `addresses` without the symbol tables (no lock, no loading): image, offset
-    /// and the nearest exported symbol, as `dladdr` gives them; what a report made before
-    /// ``isWarm`` carries.
+    private let worker = SymbolicationThread()
+
+    /// What is known of `addresses` without the symbol tables (no lock, no loading): image and
+    /// offset, as `dladdr` gives them; what a report made before ``isWarm`` carries.
     static func unsymbolicatedFrames(for addresses: [UInt64]) -> [StackFrame] {
-        addresses.map { dladdrFrame($0, nil) }
+        addresses.map { address in
+            // dladdr's name is the nearest exported symbol below the address, often another
+            // function's: image and offset only.
+            var frame = dladdrFrame(address, nil)
+            frame.symbol = nil
+            frame.module = nil
+            return frame
+        }
     }
 
     /// The frames of `addresses` (the first the interrupted instruction, the others return
     /// addresses); inlined functions give extra frames at the same address.
     func frames(for addresses: [UInt64]) -> [StackFrame] {
+        if let cached = cachedFrames(addresses) { return cached }
+        return worker.run { [self] in resolveHere(addresses) } ?? resolveHere(addresses)
+    }
+
+    /// The frames of `addresses` if every one is cached.
+    private func cachedFrames(_ addresses: [UInt64]) -> [StackFrame]? {
+        state.locked { state -> [StackFrame]? in
+            var frames: [StackFrame] = []
+            for (index, address) in addresses.enumerated() {
+                guard let known = state.cache[Key(address: address, isProgramCounter: index == 0)] else { return nil }
+                frames += known
+            }
+            return frames
+        }
+    }
+
+    /// Resolves on the calling thread (the symbolication thread, but in a forked child).
+    private func resolveHere(_ addresses: [UInt64]) -> [StackFrame] {
         state.locked { state in
             let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
             if !missing.isEmpty { resolve(missing.map { ($1, $0 == 0) }, &state) }
@@ -158,4 +195,74 @@ final class Symbolicator: Sendable {
     #else
     private static let architecture = "unknown"
     #endif
+}
+
+/// The thread every symbolication runs on (see ``Symbolicator``): requests are closures, run in
+/// order; a caller waits for its own.
+private final class SymbolicationThread: Sendable {
+    private struct State {
+        var thread: MonitorThread?
+        /// The process that started the thread: in a forked child it does not exist.
+        var owner: Int32 = 0
+        var requests: [@Sendable () -> Void] = []
+    }
+
+    private let state = ForkSafeLock { State() }
+
+    /// Runs `body` on the thread and returns its result; nil when the caller is the thread itself
+    /// or the thread is not this process's (a forked child): the caller then runs it.
+    func run<Result: Sendable>(_ body: @escaping @Sendable () -> Result) -> Result? {
+        let box = ResultBox<Result>()
+        guard post({ box.set(body()) }) else { return nil }
+        return box.wait()
+    }
+
+    /// Queues `body` on the thread without waiting; false (nothing queued) where ``run(_:)``
+    /// gives nil.
+    @discardableResult
+    func post(_ body: @escaping @Sendable () -> Void) -> Bool {
+        // A forked child resolves on its calling threads, as before the thread existed: a thread of
+        // its parent may have held the runtime's locks at the fork, and starting one in a child of
+        // a multi-threaded process is what ThreadSanitizer does not support.
+        if crlm_fork_generation() != 0 { return false }
+        let pid = getpid()
+        let thread = state.locked { state -> MonitorThread? in
+            if state.owner == 0 {
+                state.owner = pid
+                state.thread = MonitorThread(name: "rlk.symbols") { [self] in serve() }
+            }
+            guard state.owner == pid, let thread = state.thread, !thread.isCurrent else { return nil }
+            state.requests.append(body)
+            return thread
+        }
+        thread?.wake()
+        return thread != nil
+    }
+
+    private func serve() {
+        while true {
+            let batch = state.locked { state in
+                defer { state.requests.removeAll() }
+                return state.requests
+            }
+            for request in batch { request() }
+            if batch.isEmpty, let thread = state.locked({ $0.thread }) { thread.sleep(until: .now + .seconds(3600)) }
+        }
+    }
+}
+
+/// One result, handed from the symbolication thread to the caller that waits for it.
+private final class ResultBox<Value: Sendable>: Sendable {
+    private let value = Mutex<Value?>(nil)
+    private let ready = DispatchSemaphore(value: 0)
+
+    func set(_ result: Value) {
+        value.locked { $0 = result }
+        ready.signal()
+    }
+
+    func wait() -> Value {
+        ready.wait()
+        return value.locked { $0 }!
+    }
 }

@@ -221,7 +221,7 @@ public final class StallMonitor: Sendable {
         try? ThreadStack.install()  // warm up now, not inside the first stall; errors surface per report
         // The symbol tables load in the background (up to seconds for a large binary): reports
         // made before are delivered unsymbolicated rather than held back (see isSymbolicated).
-        if !Symbolicator.shared.isWarm { MonitorThread(name: "rlk.stallsym") { Symbolicator.shared.warmUp() }.detach() }
+        if !Symbolicator.shared.isWarm { Symbolicator.shared.warmUp() }
         for source in sources { source.prepareForStallMonitoring() }
         let worker = Worker(monitor: self)
         reporter.locked { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }

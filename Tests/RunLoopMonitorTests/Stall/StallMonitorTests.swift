@@ -41,8 +41,14 @@ private let room = Duration.milliseconds(300)
     // .began within threshold + one sample interval (+ room); never before the threshold.
     #expect(began.duration >= threshold)
     #expect(began.duration <= threshold + interval + room, "began after \(began.duration)")
+    // The began report is symbolicated once the symbol tables are loaded (in the background from
+    // the monitor's start; it never waits for them): before, its frames have image and offset.
     let beganNames = symbols(began.stacks.first?.frames ?? [])
-    #expect(beganNames.contains("monitorTestCrunch(until:)"))
+    if began.isSymbolicated {
+        #expect(beganNames.contains("monitorTestCrunch(until:)"))
+    } else {
+        #expect(beganNames.isEmpty && began.stuckIn == nil && !(began.stacks.first?.frames.isEmpty ?? true))
+    }
     // .ended with the total: the 400 ms the block took, within the same room.
     #expect(ended.endReason == .movedOn)
     #expect(ended.duration >= .milliseconds(400) - interval - .milliseconds(150), "ended after \(ended.duration)")
