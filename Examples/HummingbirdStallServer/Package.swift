@@ -12,12 +12,15 @@ let package = Package(
         // The path is the repository root; its identity is its directory's name, so it is named here.
         .package(name: "RunLoopKit", path: "../..", traits: ["SwiftNIO", "ServiceLifecycle"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird", exact: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         .executableTarget(
             name: "HummingbirdStallServer",
             dependencies: [
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "RunLoopMonitor", package: "RunLoopKit"),
                 .product(name: "RunLoopMonitorNIO", package: "RunLoopKit"),
                 .product(name: "RunLoopMonitorService", package: "RunLoopKit"),

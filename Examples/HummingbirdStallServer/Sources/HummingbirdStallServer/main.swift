@@ -20,6 +20,7 @@
 // pool, not an event loop: the event loops stay responsive and `monitor.watch(group)` sees nothing.
 import Foundation
 import Hummingbird
+import NIOCore
 import NIOPosix
 import RunLoopMonitor
 import RunLoopMonitorNIO
