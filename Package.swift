@@ -18,6 +18,9 @@ let package = Package(
         .library(name: "RunLoopCombine", targets: ["RunLoopCombine"]),
         // The stall monitor for SwiftNIO event loops; built only with the `SwiftNIO` trait.
         .library(name: "RunLoopMonitorNIO", targets: ["RunLoopMonitorNIO"]),
+        // The stall monitor as a swift-service-lifecycle `Service`; built only with the
+        // `ServiceLifecycle` trait.
+        .library(name: "RunLoopMonitorService", targets: ["RunLoopMonitorService"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
         .executable(name: "stall-server", targets: ["stall-server"]),
     ],
@@ -28,6 +31,9 @@ let package = Package(
     traits: [
         .trait(name: "OpenCombine", description: "RunLoopCombine: RunLoop as an OpenCombine scheduler, a timer publisher."),
         .trait(name: "SwiftNIO", description: "RunLoopMonitorNIO: the stall monitor on SwiftNIO event loops."),
+        .trait(
+            name: "ServiceLifecycle",
+            description: "RunLoopMonitorService: the stall monitor as a swift-service-lifecycle Service."),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -45,6 +51,8 @@ let package = Package(
         // Trait `SwiftNIO` only.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // Trait `ServiceLifecycle` only.
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // Linux system calls and headers Swift's Glibc module does not import
@@ -139,6 +147,29 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+            ]
+        ),
+        // The stall monitor as a swift-service-lifecycle Service (trait `ServiceLifecycle`).
+        .target(
+            name: "RunLoopMonitorService",
+            dependencies: [
+                "RunLoopMonitor",
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
+            ]
+        ),
+        .testTarget(
+            name: "RunLoopMonitorServiceTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopMonitor",
+                "RunLoopMonitorService",
+                "SharedTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(
+                    name: "ServiceLifecycle", package: "swift-service-lifecycle",
+                    condition: .when(traits: ["ServiceLifecycle"])),
             ]
         ),
         // An HTTP server on SwiftNIO watched by the monitor, with /metrics for Prometheus

@@ -60,6 +60,14 @@ public final class Tally: Sendable {
     /// An empty tally.
     public init() {}
     private let counts = Mutex<(total: Int, byFunction: [String: Int])>((0, [:]))
+    /// Each blocking handler's run, in order: its function and its real duration in ms.
+    private let runs = Mutex<[(function: String, milliseconds: Double)]>([])
+
+    /// Records that `function` ran for `duration` (measured around the call, on the event loop).
+    public func ran(_ function: String, for duration: Duration) {
+        let milliseconds = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        runs.withLock { $0.append((function, (milliseconds * 10).rounded() / 10)) }
+    }
 
     /// Counts a stall that began.
     public func began(_ report: StallReport) {
@@ -69,10 +77,13 @@ public final class Tally: Sendable {
         }
     }
 
-    /// `{"byFunction": {...}, "stalls": N}`.
+    /// `{"byFunction": {...}, "handlers": [{"function": ..., "ms": ...}], "stalls": N}`: the
+    /// stalls reported, and each blocking handler's real duration.
     public func json() -> String {
         let (total, byFunction) = counts.withLock { ($0.total, $0.byFunction) }
-        let data = (try? JSONSerialization.data(withJSONObject: ["stalls": total, "byFunction": byFunction], options: [.sortedKeys])) ?? Data()
+        let handlers = runs.withLock { $0.map { ["function": $0.function, "ms": $0.milliseconds] as [String: Any] } }
+        let object: [String: Any] = ["stalls": total, "byFunction": byFunction, "handlers": handlers]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self)
     }
 }
@@ -146,13 +157,21 @@ public final class HTTPHandler: ChannelInboundHandler {
         }
     }
 
+    /// Runs a blocking handler and records its real duration in the tally.
+    private func timed(_ name: String, _ handler: () -> Int) -> Int {
+        let start = ContinuousClock.now
+        let result = handler()
+        tally.ran(name, for: ContinuousClock.now - start)
+        return result
+    }
+
     /// The status, content type and body for `uri`.
     func respond(to uri: String) -> (HTTPResponseStatus, String, String) {
         switch uri {
         case "/hello": return (.ok, "text/plain", "hello\n")
-        case "/block/file": return (.ok, "text/plain", "read \(handleSynchronousFileRead()) bytes\n")
-        case "/block/json": return (.ok, "text/plain", "encoded \(handleHugeJSONEncode()) bytes\n")
-        case "/block/sleep": return (.ok, "text/plain", "slept \(handleSleep())\n")
+        case "/block/file": return (.ok, "text/plain", "read \(timed("handleSynchronousFileRead()", handleSynchronousFileRead)) bytes\n")
+        case "/block/json": return (.ok, "text/plain", "encoded \(timed("handleHugeJSONEncode()", handleHugeJSONEncode)) bytes\n")
+        case "/block/sleep": return (.ok, "text/plain", "slept \(timed("handleSleep()", handleSleep))\n")
         case "/metrics": return (.ok, "text/plain; version=0.0.4", registry.emitToString())
         case "/stats": return (.ok, "application/json", tally.json() + "\n")
         default: return (.notFound, "text/plain", "not found\n")

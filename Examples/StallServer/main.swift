@@ -4,14 +4,18 @@
 // with a real Prometheus server; the lab's "blocked NIO event loop" experiment runs the same
 // handlers in-process.
 //
-//   stall-server --port 8080 [--threads 2] [--monitor on|off] [--reports DIR]
+//   stall-server --port 8080 [--threads 2] [--monitor on|off] [--heartbeats] [--reports DIR]
+//
+// --heartbeats: the group is made without NIOEventLoopTicks (as a framework makes it) and watched
+// with `monitor.watch(group)`, by heartbeats.
 //
 // GET /hello         "hello": the normal endpoint
 // GET /block/file    reads 96 MB from /dev/urandom synchronously on the event loop
 // GET /block/json    JSON-encodes 200,000 records on the event loop
 // GET /block/sleep   usleep(300 ms) on the event loop
 // GET /metrics       swift-metrics through swift-prometheus (the monitor's runloop_* metrics)
-// GET /stats         {"stalls": N, "byFunction": {...}}: what the monitor reported
+// GET /stats         {"stalls": N, "byFunction": {...}, "handlers": [...]}: what the monitor
+//                    reported, and each blocking handler's real duration (ms, timed around it)
 //
 // Each stall report is printed as one JSON line on standard output.
 #if SwiftNIO
@@ -27,6 +31,7 @@ struct Options {
     var port = 8080
     var threads = 2
     var monitor = true
+    var heartbeats = false
     var reports: String?
 
     init(_ arguments: [String]) {
@@ -36,6 +41,7 @@ struct Options {
             case "--port": port = Int(iterator.next() ?? "") ?? port
             case "--threads": threads = max(1, Int(iterator.next() ?? "") ?? threads)
             case "--monitor": monitor = iterator.next() != "off"
+            case "--heartbeats": heartbeats = true
             case "--reports": reports = iterator.next()
             default:
                 FileHandle.standardError.write(Data("stall-server: unknown argument \(argument)\n".utf8))
@@ -50,7 +56,7 @@ let registry = PrometheusCollectorRegistry()
 MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
 let tally = Tally()
 let ticks = NIOEventLoopTicks()
-let group = options.monitor
+let group = options.monitor && !options.heartbeats
     ? MultiThreadedEventLoopGroup(numberOfThreads: options.threads, metricsDelegate: ticks)
     : MultiThreadedEventLoopGroup(numberOfThreads: options.threads)
 var monitor: StallMonitor?
@@ -58,7 +64,11 @@ if options.monitor {
     let store = try options.reports.map { try StallReportStore(directory: URL(fileURLWithPath: $0)) }
     let stallMonitor = StallMonitor(
         loops: [], threshold: .milliseconds(100), sampleInterval: .milliseconds(20), backoff: .none, store: store, logger: nil)
-    stallMonitor.watch(group, ticks: ticks)
+    if options.heartbeats {
+        stallMonitor.watch(group)  // no delegate: heartbeats
+    } else {
+        stallMonitor.watch(group, ticks: ticks)
+    }
     stallMonitor.start { event in
         if case .began(let report) = event { tally.began(report) }
         printReport(event)
@@ -67,7 +77,7 @@ if options.monitor {
 }
 
 let server = try StallServer.start(group: group, port: options.port, registry: registry, tally: tally)
-FileHandle.standardError.write(Data("stall-server: listening on 127.0.0.1:\(options.port), \(options.threads) event loops, monitor \(options.monitor ? "on" : "off")\n".utf8))
+FileHandle.standardError.write(Data("stall-server: listening on 127.0.0.1:\(options.port), \(options.threads) event loops, monitor \(options.monitor ? (options.heartbeats ? "on (heartbeats)" : "on (ticks)") : "off")\n".utf8))
 try server.channel.closeFuture.wait()
 #else
 print("stall-server needs the SwiftNIO trait: swift run --traits SwiftNIO stall-server")
