@@ -14,6 +14,7 @@
 // GET /block/json    JSON-encodes 200,000 records on the event loop
 // GET /block/sleep   usleep(300 ms) on the event loop
 // GET /metrics       swift-metrics through swift-prometheus (the monitor's runloop_* metrics)
+// --metrics-port P: /metrics and /stats (and the rest) also on port P, on an unwatched loop.
 // GET /stats         {"stalls": N, "byFunction": {...}, "handlers": [...]}: what the monitor
 //                    reported, and each blocking handler's real duration (ms, timed around it)
 //
@@ -33,6 +34,7 @@ struct Options {
     var monitor = true
     var heartbeats = false
     var reports: String?
+    var metricsPort: Int?
 
     init(_ arguments: [String]) {
         var iterator = arguments.dropFirst().makeIterator()
@@ -43,6 +45,7 @@ struct Options {
             case "--monitor": monitor = iterator.next() != "off"
             case "--heartbeats": heartbeats = true
             case "--reports": reports = iterator.next()
+            case "--metrics-port": metricsPort = Int(iterator.next() ?? "")
             default:
                 FileHandle.standardError.write(Data("stall-server: unknown argument \(argument)\n".utf8))
                 exit(2)
@@ -77,7 +80,15 @@ if options.monitor {
 }
 
 let server = try StallServer.start(group: group, port: options.port, registry: registry, tally: tally)
+// /metrics and /stats on a port of their own, served by an event loop of its own (not watched):
+// the listening channel of the main port lives on one of the watched loops, so while that loop is
+// stalled no new connection to it is accepted, and a scrape would wait out the stall.
+var metricsServer: StallServer?
+if let port = options.metricsPort {
+    metricsServer = try StallServer.start(group: MultiThreadedEventLoopGroup(numberOfThreads: 1), port: port, registry: registry, tally: tally)
+}
 FileHandle.standardError.write(Data("stall-server: listening on 127.0.0.1:\(options.port), \(options.threads) event loops, monitor \(options.monitor ? (options.heartbeats ? "on (heartbeats)" : "on (ticks)") : "off")\n".utf8))
+_ = metricsServer
 try server.channel.closeFuture.wait()
 #else
 print("stall-server needs the SwiftNIO trait: swift run --traits SwiftNIO stall-server")

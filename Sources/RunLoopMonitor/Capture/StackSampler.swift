@@ -90,11 +90,30 @@ struct StackSampler {
     /// `symbolicated` false: frames as ``Symbolicator/unsymbolicatedFrames(for:)`` gives them
     /// (no waiting for the symbol tables).
     func samples(symbolicated: Bool = true) -> [StackSample] {
+        samples { symbolicated ? Symbolicator.shared.frames(for: $0) : Symbolicator.unsymbolicatedFrames(for: $0) }!
+    }
+
+    /// The samples symbolicated if every address is resolved already (no waiting); else nil, and
+    /// the missing addresses are resolved in the background (a large binary's line tables can take
+    /// seconds to read, and a stall's first report must not wait for them).
+    func samplesIfSymbolicated() -> [StackSample]? {
+        var complete = true
+        for stack in order where Symbolicator.shared.framesIfResolved(for: stack) == nil { complete = false }
+        return complete ? samples { Symbolicator.shared.framesIfResolved(for: $0) } : nil
+    }
+
+    /// The samples with names only (``Symbolicator/nameFrames(for:)``): fast, for a first report
+    /// whose full frames are still being resolved.
+    func namedSamples() -> [StackSample] {
+        samples { Symbolicator.shared.nameFrames(for: $0) }!
+    }
+
+    private func samples(_ frames: ([UInt64]) -> [StackFrame]?) -> [StackSample]? {
         var merged: [[String]: Int] = [:]
         var result: [StackSample] = []
         for stack in order {
-            let frames = Self.withoutSanitizerDelivery(
-                symbolicated ? Symbolicator.shared.frames(for: stack) : Symbolicator.unsymbolicatedFrames(for: stack))
+            guard let resolved = frames(stack) else { return nil }
+            let frames = Self.withoutSanitizerDelivery(resolved)
             let key = frames.map { $0.symbol ?? "\($0.image)+\($0.imageOffset)" }
             if let index = merged[key] {
                 result[index].count += counts[stack]!

@@ -54,7 +54,7 @@ final class Symbolicator: Sendable {
     private let worker = SymbolicationThread()
 
     /// What is known of `addresses` without the symbol tables (no lock, no loading): image and
-    /// offset, as `dladdr` gives them; what a report made before ``isWarm`` carries.
+    /// offset, as `dladdr` gives them; what a report made before they are resolved carries.
     static func unsymbolicatedFrames(for addresses: [UInt64]) -> [StackFrame] {
         addresses.map { address in
             // dladdr's name is the nearest exported symbol below the address, often another
@@ -72,6 +72,39 @@ final class Symbolicator: Sendable {
         if let cached = cachedFrames(addresses) { return cached }
         return worker.run { [self] in resolveHere(addresses) } ?? resolveHere(addresses)
     }
+
+    /// The frames of `addresses` if every one is cached (no waiting); else nil, and the missing
+    /// ones are resolved in the background on the symbolication thread.
+    func framesIfResolved(for addresses: [UInt64]) -> [StackFrame]? {
+        if let cached = cachedFrames(addresses) { return cached }
+        // Once per stack until it is resolved: callers ask again while it is.
+        guard queued.locked({ $0.insert(addresses).inserted }) else { return nil }
+        worker.post { [self] in
+            _ = resolveHere(addresses)
+            queued.locked { _ = $0.remove(addresses) }
+        }
+        return nil
+    }
+
+    /// Names only, on the calling thread, without waiting for the symbolication thread: the
+    /// symbol tables give function names in milliseconds where DWARF's line and inline tables can
+    /// take seconds to read for code not seen before. No file, line or inlined frame (a frame's
+    /// ``StackFrame/module`` tells the application's code all the same), cached apart from full
+    /// frames. What a stall's first report carries while its full frames are resolved.
+    func nameFrames(for addresses: [UInt64]) -> [StackFrame] {
+        namesState.locked { state in
+            let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
+            if !missing.isEmpty { resolve(missing.map { ($1, $0 == 0) }, &state, options: [.useSymbolCache]) }
+            return addresses.enumerated().flatMap { index, address in
+                state.cache[Key(address: address, isProgramCounter: index == 0)] ?? []
+            }
+        }
+    }
+
+    private let namesState = ForkSafeLock { State() }
+
+    /// Stacks queued for resolution in the background.
+    private let queued = Mutex<Set<[UInt64]>>([])
 
     /// The frames of `addresses` if every one is cached.
     private func cachedFrames(_ addresses: [UInt64]) -> [StackFrame]? {
@@ -110,16 +143,17 @@ final class Symbolicator: Sendable {
         return images
     }
 
-    private func resolve(_ entries: [(address: UInt64, isProgramCounter: Bool)], _ state: inout State) {
+    private func resolve(
+        _ entries: [(address: UInt64, isProgramCounter: Bool)], _ state: inout State,
+        options: Backtrace.SymbolicationOptions = [.showInlineFrames, .showSourceLocations, .useSymbolCache]
+    ) {
         let images = images(covering: entries.map(\.address), &state)
         let richFrames: [RichFrame<UInt64>] = entries.map {
             $0.isProgramCounter ? .programCounter($0.address) : .returnAddress($0.address)
         }
         let backtrace = Backtrace(architecture: Self.architecture, frames: richFrames, images: images)
         var resolved: [Key: [StackFrame]] = [:]
-        if let symbolicated = backtrace.symbolicated(
-            with: images, options: [.showInlineFrames, .showSourceLocations, .useSymbolCache])
-        {
+        if let symbolicated = backtrace.symbolicated(with: images, options: options) {
             // Inlined frames come before the frame they were inlined into, all with its address.
             for frame in symbolicated.frames {
                 guard let (address, isProgramCounter) = Self.address(of: frame.captured) else { continue }

@@ -82,10 +82,12 @@ public struct CallTree: Sendable, Hashable {
 
     /// What identifies the stall across processes (``StallReport/fingerprint``): a 64-bit FNV-1a
     /// hash, in 16 hex digits, of the names of the application's functions on the
-    /// ``heaviestPath``, outermost first; nil when it holds none. Names only (a rebuilt binary
+    /// ``heaviestPath`` (inlined ones left out), outermost first; nil when it holds none. Names only (a rebuilt binary
     /// moves every address), and stable across runs (no per-process hash seed).
     public var fingerprint: String? {
-        let names = heaviestPath.filter { Self.isApplicationCode($0.frame) }.map(\.name)
+        // Inlined frames are left out: a stall's first report may name functions without them
+        // (see StallReport.isSymbolicated) and must carry the same fingerprint as its end.
+        let names = heaviestPath.filter { !$0.frame.inlined && Self.isApplicationCode($0.frame) }.map(\.name)
         guard !names.isEmpty else { return nil }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in names.joined(separator: "\n").utf8 {

@@ -256,8 +256,8 @@ public final class StallMonitor: Sendable {
     /// The reporting thread: symbolicates each event's stacks (milliseconds for new addresses in
     /// a large binary, which must not delay sampling) and delivers it, in order.
     private func runReporter() {
-        // `began` reports stored before the symbol tables were loaded: stored again, symbolicated,
-        // once they are, so that a hang that ends in a kill is found with names at the next launch.
+        // `began` reports stored unsymbolicated: stored again, symbolicated, once their addresses
+        // are resolved, so that a hang that ends in a kill is found with names at the next launch.
         var storedUnsymbolicated: [(StallReport, StackSampler)] = []
         while true {
             let (batch, done) = shared.locked { shared in
@@ -273,7 +273,7 @@ public final class StallMonitor: Sendable {
             storeSymbolicated(&storedUnsymbolicated)
             if batch.isEmpty {
                 if !storedUnsymbolicated.isEmpty && !done {
-                    reporter.locked { $0 }?.sleep(until: .now + .milliseconds(20))  // until the tables are loaded
+                    reporter.locked { $0 }?.sleep(until: .now + .milliseconds(20))  // until they are resolved
                     continue
                 }
                 if done {
@@ -292,16 +292,31 @@ public final class StallMonitor: Sendable {
     }
 
     /// Symbolicates a report (reporting thread) and delivers it or counts it. A stall's first
-    /// report never waits for the symbol tables (its counter must reach `/metrics` within a sample
-    /// interval of the stall's start): before they are loaded it goes out unsymbolicated. Later
-    /// reports of the stall wait for them.
-    /// Returns the raw report of a `began` delivered unsymbolicated.
-    private func deliver(_ kind: PendingKind, _ raw: StallReport, _ sampler: StackSampler) -> StallReport? {
+    /// report never waits for symbolication (its counter must reach `/metrics` within a sample
+    /// interval of the stall's start, and a large binary's symbol and line tables take from
+    /// hundreds of milliseconds to seconds to read): unless every address is resolved already, it
+    /// goes out unsymbolicated while they are resolved in the background. Later reports of the
+    /// stall wait for them.
+    /// Returns the raw report of a `began` delivered without names.
+    private func deliver(
+        _ kind: PendingKind, _ raw: StallReport, _ sampler: StackSampler
+    ) -> StallReport? {
         var report = raw
         let first = kind == .began || kind == .heldBackBegan
-        let symbolicated = !first || Symbolicator.shared.isWarm
-        report.attribute(sampler.samples(symbolicated: symbolicated), symbolicated: symbolicated)
+        if first, let resolved = sampler.samplesIfSymbolicated() {
+            report.attribute(resolved)
+        } else if first {
+            // Names only while the full frames (files, lines, inlined functions) are resolved in
+            // the background: enough for the blame and the fingerprint.
+            let named = sampler.namedSamples()
+            report.attribute(named, symbolicated: named.contains { $0.frames.contains { $0.symbol != nil } })
+            if !report.isSymbolicated { report.attribute(sampler.samples(symbolicated: false), symbolicated: false) }
+        } else {
+            report.attribute(sampler.samples())
+        }
         if let raw = report.rawAllThreads { report.allThreads = raw.map(ThreadStack.symbolicate) }
+        // Counted under its first report's blame (one sample, at once), timed under its whole
+        // blame (every sample, fully symbolicated).
         let (stuckIn, fingerprint) = MonitorMetrics.stallLabels(report)
         switch kind {
         case .began, .heldBackBegan:
@@ -323,21 +338,22 @@ public final class StallMonitor: Sendable {
         case .heldBackEnded:
             break
         }
-        return kind == .began && !symbolicated ? raw : nil
+        return kind == .began && !report.isSymbolicated ? raw : nil
     }
 
     /// Stores again, symbolicated, the `began` reports stored before the symbol tables were loaded,
     /// once they are (a later `began` line of a stall replaces the earlier one in the store).
     private func storeSymbolicated(_ reports: inout [(StallReport, StackSampler)]) {
-        guard !reports.isEmpty, Symbolicator.shared.isWarm, let store else { return }
-        for (raw, sampler) in reports {
+        guard !reports.isEmpty, let store else { return }
+        reports.removeAll { raw, sampler in
+            guard let samples = sampler.samplesIfSymbolicated() else { return false }
             var report = raw
-            report.attribute(sampler.samples())
+            report.attribute(samples)
             do { try store.record(.began(report)) } catch {
                 logger?.error("cannot write the stall report to \(store.fileURL.path): \(error)")
             }
+            return true
         }
-        reports.removeAll()
     }
 
     /// Hands an event to the reporting thread (sampling thread).

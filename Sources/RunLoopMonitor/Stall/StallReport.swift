@@ -109,13 +109,15 @@ public struct StallReport: Sendable, Codable, Hashable {
     /// digits hashing the names of the application's functions on the heaviest path of the
     /// samples' call tree, outermost first (symbol names only: no address, offset, line or process
     /// detail), so the same stall in 50 instances is one group in a log search or an alert. Nil
-    /// when no application function was named (no stack, or symbols not loaded yet: see
+    /// when no application function was named (no stack, or not symbolicated yet: see
     /// ``isSymbolicated``).
     public var fingerprint: String?
-    /// False in a report delivered before the process's symbol tables were loaded (a stall in the
-    /// first moments after ``StallMonitor/start(_:)``: the monitor never holds a `began` report
-    /// back for symbols): its frames carry image, offset and exported names only, and
-    /// ``stuckIn`` and ``fingerprint`` are nil. The stall's `ended` report is symbolicated.
+    /// False in a `began` report delivered before its addresses were symbolicated: the monitor
+    /// never holds a stall's first report back for symbols (a large binary's symbol and line
+    /// tables take from hundreds of milliseconds to seconds to read, in the first moments after
+    /// ``StallMonitor/start(_:)`` and for code not seen before). Its frames carry image and
+    /// offset only, and ``stuckIn`` and ``fingerprint`` are nil. The stall's `ended` report is
+    /// symbolicated.
     public var isSymbolicated: Bool = true
 
     /// The stuck thread's busy share over the stall: ``threadCPUTime`` / ``cpuMeasuredOver``.
