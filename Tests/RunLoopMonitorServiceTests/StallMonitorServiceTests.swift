@@ -41,11 +41,15 @@ final class Events: Sendable {
         let events = Events()
         let monitor = StallMonitor(
             loops: [], threshold: .milliseconds(100), sampleInterval: .milliseconds(20), backoff: .none, logger: nil)
-        monitor.watch(queue, name: "service-test", heartbeat: .milliseconds(20))
+        let source = monitor.watch(queue, name: "service-test", heartbeat: .milliseconds(20))
         let service = StallMonitorService(monitor: monitor) { events.append($0) }
         let group = ServiceGroup(
             configuration: .init(services: [service], logger: Logger(label: "StallMonitorServiceTests")))
         let running = Task { try await group.run() }
+        // The service has started the monitor once the queue answered a heartbeat (the group
+        // starts its services asynchronously: a stall queued before would end unwatched).
+        let deadline = ContinuousClock.now + (Sanitizers.any ? .seconds(180) : .seconds(20))
+        while source.stallSnapshot().threadID == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
 
         // The first stall, reported whole while the group runs.
         queue.async { serviceTestBlockingHandler(for: .milliseconds(400)) }
