@@ -333,6 +333,9 @@ bool crlm_thread_kept_readable(pid_t tid) {
     return kept;
 }
 
+static void forget_thread_files(pid_t tid);
+void crlm_release_thread_readable(pid_t tid) { forget_thread_files(tid); }
+
 static void forget_thread_files(pid_t tid) {
     pthread_mutex_lock(&g_files_lock);
     kept_files *kept = kept_locked(tid);

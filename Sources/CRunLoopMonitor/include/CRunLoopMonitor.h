@@ -40,6 +40,8 @@ enum {
 /// where it is needs no new descriptor, even when the process has none left. Returns whether they
 /// are kept. Dropped by ``crlm_forget_thread`` and when a read says the thread is gone.
 bool crlm_keep_thread_readable(pid_t tid);
+/// Closes the files ``crlm_keep_thread_readable`` keeps for thread `tid` (it is no longer watched).
+void crlm_release_thread_readable(pid_t tid);
 /// Whether ``crlm_keep_thread_readable`` keeps thread `tid`'s files.
 bool crlm_thread_kept_readable(pid_t tid);
 

@@ -102,10 +102,11 @@ struct StackSampler {
         return complete ? samples { Symbolicator.shared.framesIfResolved(for: $0) } : nil
     }
 
-    /// The samples with names only (``Symbolicator/nameFrames(for:)``): fast, for a first report
-    /// whose full frames are still being resolved.
-    func namedSamples() -> [StackSample] {
-        samples { Symbolicator.shared.nameFrames(for: $0) }!
+    /// The samples with names only (``Symbolicator/nameFrames(for:patience:)``), for a first
+    /// report whose full frames are still being resolved; nil when the names did not come within
+    /// `patience`.
+    func namedSamples(patience: Duration) -> [StackSample]? {
+        samples { Symbolicator.shared.nameFrames(for: $0, patience: patience) }
     }
 
     private func samples(_ frames: ([UInt64]) -> [StackFrame]?) -> [StackSample]? {

@@ -45,13 +45,19 @@ final class Symbolicator: Sendable {
     /// Loads those tables on the symbolication thread (by symbolicating its own stack), in the
     /// background; ``isWarm`` once done.
     func warmUp() {
+        namesWorker.post { [self] in
+            if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = nameFramesHere(own.addresses) }
+        }
         worker.post { [self] in
             if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = resolveHere(own.addresses) }
             warm.store(true, ordering: .releasing)
         }
     }
 
-    private let worker = SymbolicationThread()
+    private let worker = SymbolicationThread(name: "rlk.symbols")
+    /// Names only (``nameFrames(for:)``), on a thread of their own: its cache of loaded images is
+    /// its own too, and a name is never queued behind a full resolution's line tables.
+    private let namesWorker = SymbolicationThread(name: "rlk.names")
 
     /// What is known of `addresses` without the symbol tables (no lock, no loading): image and
     /// offset, as `dladdr` gives them; what a report made before they are resolved carries.
@@ -86,19 +92,30 @@ final class Symbolicator: Sendable {
         return nil
     }
 
-    /// Names only, on the calling thread, without waiting for the symbolication thread: the
-    /// symbol tables give function names in milliseconds where DWARF's line and inline tables can
+    /// Names only, from a thread of their own (`rlk.names`), never queued behind the full
+    /// resolutions: the symbol tables give names in milliseconds where DWARF's line and inline tables can
     /// take seconds to read for code not seen before. No file, line or inlined frame (a frame's
     /// ``StackFrame/module`` tells the application's code all the same), cached apart from full
     /// frames. What a stall's first report carries while its full frames are resolved.
-    func nameFrames(for addresses: [UInt64]) -> [StackFrame] {
-        namesState.locked { state in
-            let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
-            if !missing.isEmpty { resolve(missing.map { ($1, $0 == 0) }, &state, options: [.useSymbolCache]) }
-            return addresses.enumerated().flatMap { index, address in
-                state.cache[Key(address: address, isProgramCounter: index == 0)] ?? []
-            }
+    ///
+    /// Waits at most `patience` for the names thread (it loads its tables once, from
+    /// ``warmUp()``); nil when they did not come by then (they are cached when they do).
+    func nameFrames(for addresses: [UInt64], patience: Duration) -> [StackFrame]? {
+        if let cached = namesState.locked({ state in Self.cached(addresses, in: state) }) { return cached }
+        return namesWorker.run(patience: patience) { [self] in nameFramesHere(addresses) } ?? (crlm_fork_generation() != 0 ? nameFramesHere(addresses) : nil)
+    }
+
+    private func nameFramesHere(_ addresses: [UInt64]) -> [StackFrame] {
+        resolve(addresses, in: namesState, options: [.useSymbolCache])
+    }
+
+    private static func cached(_ addresses: [UInt64], in state: State) -> [StackFrame]? {
+        var frames: [StackFrame] = []
+        for (index, address) in addresses.enumerated() {
+            guard let known = state.cache[Key(address: address, isProgramCounter: index == 0)] else { return nil }
+            frames += known
         }
+        return frames
     }
 
     private let namesState = ForkSafeLock { State() }
@@ -120,10 +137,27 @@ final class Symbolicator: Sendable {
 
     /// Resolves on the calling thread (the symbolication thread, but in a forked child).
     private func resolveHere(_ addresses: [UInt64]) -> [StackFrame] {
-        state.locked { state in
+        resolve(addresses, in: state, options: [.showInlineFrames, .showSourceLocations, .useSymbolCache])
+    }
+
+    /// Resolves what `lock`'s cache lacks of `addresses`, then returns their frames. The lock is
+    /// not held while the runtime reads the tables (up to seconds): a caller that only looks in
+    /// the cache never waits for a resolution.
+    private func resolve(_ addresses: [UInt64], in lock: ForkSafeLock<State>, options: Backtrace.SymbolicationOptions) -> [StackFrame] {
+        let (missing, imageMap) = lock.locked { state -> ([(address: UInt64, isProgramCounter: Bool)], ImageMap?) in
             let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
-            if !missing.isEmpty { resolve(missing.map { ($1, $0 == 0) }, &state) }
-            return addresses.enumerated().flatMap { index, address in
+                .map { (address: $1, isProgramCounter: $0 == 0) }
+            return (missing, missing.isEmpty ? nil : self.images(covering: missing.map(\.address), &state))
+        }
+        if let imageMap {
+            let resolved = Self.symbolicate(missing, imageMap, options: options)
+            lock.locked { state in
+                if state.cache.count + resolved.count > 100_000 { state.cache.removeAll(keepingCapacity: true) }
+                state.cache.merge(resolved) { _, new in new }
+            }
+        }
+        return lock.locked { state in
+            addresses.enumerated().flatMap { index, address in
                 state.cache[Key(address: address, isProgramCounter: index == 0)] ?? []
             }
         }
@@ -143,11 +177,9 @@ final class Symbolicator: Sendable {
         return images
     }
 
-    private func resolve(
-        _ entries: [(address: UInt64, isProgramCounter: Bool)], _ state: inout State,
-        options: Backtrace.SymbolicationOptions = [.showInlineFrames, .showSourceLocations, .useSymbolCache]
-    ) {
-        let images = images(covering: entries.map(\.address), &state)
+    private static func symbolicate(
+        _ entries: [(address: UInt64, isProgramCounter: Bool)], _ images: ImageMap, options: Backtrace.SymbolicationOptions
+    ) -> [Key: [StackFrame]] {
         let richFrames: [RichFrame<UInt64>] = entries.map {
             $0.isProgramCounter ? .programCounter($0.address) : .returnAddress($0.address)
         }
@@ -172,15 +204,16 @@ final class Symbolicator: Sendable {
                 resolved[key, default: []].append(stackFrame)
             }
         }
+        var result: [Key: [StackFrame]] = [:]
         for entry in entries {
             let key = Key(address: entry.address, isProgramCounter: entry.isProgramCounter)
             var frames = resolved[key] ?? []
             if frames.isEmpty || frames.allSatisfy({ $0.symbol == nil }) {
                 frames = [Self.dladdrFrame(entry.address, images)]
             }
-            state.cache[key] = frames
+            result[key] = frames
         }
-        if state.cache.count > 100_000 { state.cache.removeAll(keepingCapacity: true) }
+        return result
     }
 
     private static func address(of frame: Backtrace.Frame) -> (UInt64, Bool)? {
@@ -234,6 +267,10 @@ final class Symbolicator: Sendable {
 /// The thread every symbolication runs on (see ``Symbolicator``): requests are closures, run in
 /// order; a caller waits for its own.
 private final class SymbolicationThread: Sendable {
+    private let name: String
+
+    init(name: String) { self.name = name }
+
     private struct State {
         var thread: MonitorThread?
         /// The process that started the thread: in a forked child it does not exist.
@@ -251,6 +288,14 @@ private final class SymbolicationThread: Sendable {
         return box.wait()
     }
 
+    /// ``run(_:)``, waiting at most `patience`: nil too when the result did not come by then (the
+    /// request still runs).
+    func run<Result: Sendable>(patience: Duration, _ body: @escaping @Sendable () -> Result) -> Result? {
+        let box = ResultBox<Result>()
+        guard post({ box.set(body()) }) else { return nil }
+        return box.wait(patience: patience)
+    }
+
     /// Queues `body` on the thread without waiting; false (nothing queued) where ``run(_:)``
     /// gives nil.
     @discardableResult
@@ -263,7 +308,7 @@ private final class SymbolicationThread: Sendable {
         let thread = state.locked { state -> MonitorThread? in
             if state.owner == 0 {
                 state.owner = pid
-                state.thread = MonitorThread(name: "rlk.symbols") { [self] in serve() }
+                state.thread = MonitorThread(name: name) { [self] in serve() }
             }
             guard state.owner == pid, let thread = state.thread, !thread.isCurrent else { return nil }
             state.requests.append(body)
@@ -298,5 +343,11 @@ private final class ResultBox<Value: Sendable>: Sendable {
     func wait() -> Value {
         ready.wait()
         return value.locked { $0 }!
+    }
+
+    func wait(patience: Duration) -> Value? {
+        let nanoseconds = Int(min(max(patience.saturatedNanoseconds, 0), 3_600_000_000_000))
+        guard ready.wait(timeout: .now() + .nanoseconds(nanoseconds)) == .success else { return nil }
+        return value.locked { $0 }
     }
 }

@@ -97,6 +97,11 @@ public enum ThreadStack {
         crlm_keep_thread_readable(threadID)
     }
 
+    /// Closes what ``keepReadable(threadID:)`` kept open (the thread is no longer watched).
+    static func releaseReadable(threadID: Int32) {
+        crlm_release_thread_readable(threadID)
+    }
+
     /// Installs the signal handler now (it is installed on first capture otherwise) and runs the
     /// frame-pointer calibration.
     ///

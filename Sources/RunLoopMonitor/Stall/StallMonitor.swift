@@ -308,9 +308,12 @@ public final class StallMonitor: Sendable {
         } else if first {
             // Names only while the full frames (files, lines, inlined functions) are resolved in
             // the background: enough for the blame and the fingerprint.
-            let named = sampler.namedSamples()
-            report.attribute(named, symbolicated: named.contains { $0.frames.contains { $0.symbol != nil } })
-            if !report.isSymbolicated { report.attribute(sampler.samples(symbolicated: false), symbolicated: false) }
+            // Within one sample interval: the names thread loads its tables once, at start().
+            if let named = sampler.namedSamples(patience: sampleInterval), named.contains(where: { $0.frames.contains { $0.symbol != nil } }) {
+                report.attribute(named)
+            } else {
+                report.attribute(sampler.samples(symbolicated: false), symbolicated: false)
+            }
         } else {
             report.attribute(sampler.samples())
         }
@@ -486,6 +489,7 @@ private final class Worker: @unchecked Sendable {
         // Stalls still going get their end, marked cut short; held-back ones their summary.
         for (key, watch) in watches {
             if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
+            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
             watches[key] = nil
         }
         for (report, sampler) in backoff.drainSummaries() { monitor.enqueue(.suppressed, report, sampler) }
@@ -500,6 +504,7 @@ private final class Worker: @unchecked Sendable {
         for (key, watch) in watches where !current.contains(key) {
             // No longer watched (unwatch): a stall in progress ends, cut short.
             if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
+            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
             watches[key] = nil
         }
         for source in sources {
@@ -525,6 +530,7 @@ private final class Worker: @unchecked Sendable {
         if snapshot.threadID != 0, snapshot.threadID != watch.readableThread, !snapshot.threadExited,
             ThreadStack.keepReadable(threadID: snapshot.threadID)
         {
+            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
             watch.readableThread = snapshot.threadID
         }
         let busy = snapshot.activity == .busy
