@@ -3,7 +3,7 @@ import Dispatch
 public import RunLoopMonitor
 public import ServiceLifecycle
 
-/// A ``RunLoopMonitor/StallMonitor`` as a swift-service-lifecycle `Service`: it runs while the
+/// A `StallMonitor` as a swift-service-lifecycle `Service`: it runs while the
 /// application's `ServiceGroup` runs, and stops when the group shuts down.
 ///
 /// ``run()`` starts the monitor with the handler, waits for the group's graceful shutdown (or the
@@ -37,7 +37,7 @@ public struct StallMonitorService: Service {
     /// - Parameters:
     ///   - monitor: a monitor not started yet (``run()`` starts it).
     ///   - handler: called on the monitor's reporting thread (`rlk.stallrep`) for each event, in
-    ///     order, as ``RunLoopMonitor/StallMonitor/start(_:)`` does; by default nothing beyond the
+    ///     order, as `StallMonitor.start(_:)` does; by default nothing beyond the
     ///     monitor's own logging, store and metrics.
     public init(monitor: StallMonitor, handler: @escaping @Sendable (StallEvent) -> Void = { _ in }) {
         self.monitor = monitor
