@@ -214,7 +214,7 @@ public final class HeartbeatStallSource: StallSource {
 
     /// Sends a heartbeat when the last one was answered `interval` ago or more; busy while one is
     /// outstanding. A source that reads its thread's kernel state does that instead, once the
-    /// thread is known (see ``init(name:interval:threadIsFixed:parkedIn:send:)``).
+    /// thread is known (see the package initializer that takes `parkedIn`: RunLoopMonitorNIO's event loops).
     public func stallSnapshot() -> StallSnapshot {
         let sent = state.sent.load(ordering: .acquiring)
         let answered = state.answered.load(ordering: .acquiring)
