@@ -16,15 +16,7 @@ enum Descriptors {
         var filler: [Int32] = []
         if whenFull == "start" { filler = fillDescriptorTable() }
         let ended = DispatchSemaphore(value: 0)
-        monitor.start { event in
-            switch event {
-            case .began(let report): printJSON("began", report)
-            case .ended(let report):
-                printJSON("ended", report)
-                ended.signal()
-            case .suppressed: break
-            }
-        }
+        monitor.start(printingEvents(signalling: ended))
         if whenFull == "watching" {
             // A short stall first: the monitor has then looked at the loop (and kept its thread's
             // files) before the table fills.

@@ -24,20 +24,26 @@ func probeBlockingRead(for duration: Duration) {
     }
 }
 
+/// A handler that prints each began and ended report as a JSON line and signals `ended` after each
+/// ended one.
+func printingEvents(signalling ended: DispatchSemaphore) -> @Sendable (StallEvent) -> Void {
+    { event in
+        switch event {
+        case .began(let report): printJSON("began", report)
+        case .ended(let report):
+            printJSON("ended", report)
+            ended.signal()
+        case .suppressed: break
+        }
+    }
+}
+
 enum Probes {
     static func stall() {
         let worker = PermanentThread(name: "probe-loop")
         let monitor = StallMonitor(loop: worker.loop, threshold: .milliseconds(100), sampleInterval: .milliseconds(20), logger: nil)
         let ended = DispatchSemaphore(value: 0)
-        monitor.start { event in
-            switch event {
-            case .began(let report): printJSON("began", report)
-            case .ended(let report):
-                printJSON("ended", report)
-                ended.signal()
-            case .suppressed: break
-            }
-        }
+        monitor.start(printingEvents(signalling: ended))
         try? worker.execute { _ = probeCrunchNumbers(until: .now + .milliseconds(400)) }
         ended.wait()
         try? worker.execute { probeBlockingRead(for: .milliseconds(400)) }

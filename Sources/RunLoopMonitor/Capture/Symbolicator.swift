@@ -125,14 +125,7 @@ final class Symbolicator: Sendable {
 
     /// The frames of `addresses` if every one is cached.
     private func cachedFrames(_ addresses: [UInt64]) -> [StackFrame]? {
-        state.locked { state -> [StackFrame]? in
-            var frames: [StackFrame] = []
-            for (index, address) in addresses.enumerated() {
-                guard let known = state.cache[Key(address: address, isProgramCounter: index == 0)] else { return nil }
-                frames += known
-            }
-            return frames
-        }
+        state.locked { state in Self.cached(addresses, in: state) }
     }
 
     /// Resolves on the calling thread (the symbolication thread, but in a forked child).
@@ -156,11 +149,7 @@ final class Symbolicator: Sendable {
                 state.cache.merge(resolved) { _, new in new }
             }
         }
-        return lock.locked { state in
-            addresses.enumerated().flatMap { index, address in
-                state.cache[Key(address: address, isProgramCounter: index == 0)] ?? []
-            }
-        }
+        return lock.locked { state in Self.cached(addresses, in: state) } ?? []
     }
 
     /// Images as they are now; captured again (at most once a second) when an address lies in
