@@ -102,6 +102,14 @@ struct StackSampler {
         return complete ? samples { Symbolicator.shared.framesIfResolved(for: $0) } : nil
     }
 
+    /// The samples fully symbolicated, waiting at most `patience` in all for the symbolication
+    /// thread (``Symbolicator/frames(for:patience:)``); nil when they did not all come by then (the
+    /// rest are still resolved, and cached).
+    func samplesSymbolicated(patience: Duration) -> [StackSample]? {
+        let deadline = ContinuousClock.now + patience
+        return samples { Symbolicator.shared.frames(for: $0, patience: max(deadline - .now, .zero)) }
+    }
+
     /// The samples with names only (``Symbolicator/nameFrames(for:patience:)``), for a first
     /// report whose full frames are still being resolved; nil when the names did not come within
     /// `patience`.

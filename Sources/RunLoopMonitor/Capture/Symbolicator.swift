@@ -26,6 +26,12 @@ final class Symbolicator: Sendable {
         var imagesCapturedAt: ContinuousClock.Instant?
         /// Frames per (address, is-the-interrupted-instruction).
         var cache: [Key: [StackFrame]] = [:]
+        /// The source file of each function a full resolution has seen (its own frames, not the
+        /// frames inlined into it): a real file once any address of the function had one, else
+        /// `<compiler-generated>`. A function's file is the same at every address, so a name
+        /// resolved without line tables borrows it (``nameFrames(for:patience:)``): what tells
+        /// a synthesized `encode(to:)` from the handler that called the encoder.
+        var functionFiles: [String: String] = [:]
     }
 
     private struct Key: Hashable {
@@ -47,10 +53,25 @@ final class Symbolicator: Sendable {
     func warmUp() {
         namesWorker.post { [self] in
             if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = nameFramesHere(own.addresses) }
+            // Every image mapped now, one address each: the names thread then has every symbol
+            // table (a stall in Foundation's JSON encoder is named at once, not after the
+            // hundred milliseconds libFoundation's table takes to read).
+            _ = nameFramesHere(Self.oneAddressPerImage())
         }
         worker.post { [self] in
             if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = resolveHere(own.addresses) }
             warm.store(true, ordering: .releasing)
+            // Not every image's line tables: that took 1.6 s of CPU in the stall server, and the
+            // runtime's reader trapped on one of them (Swift 6.3).
+        }
+    }
+
+    /// An address in the text (its last byte) of each image mapped from a file.
+    private static func oneAddressPerImage() -> [UInt64] {
+        ImageMap.capture().compactMap { image in
+            guard let path = image.path, path.hasPrefix("/"), let end = UInt64(image.endOfText), let base = UInt64(image.baseAddress), end > base
+            else { return nil }
+            return end - 1
         }
     }
 
@@ -92,6 +113,15 @@ final class Symbolicator: Sendable {
         return nil
     }
 
+    /// The frames of `addresses`, waiting at most `patience` for the symbolication thread; nil when
+    /// they did not come by then (they are cached when they do) or in a forked child (no
+    /// symbolication thread there: ``nameFrames(for:patience:)`` resolves locally). Once the
+    /// thread ``isWarm``, a stack not seen before usually resolves in well under a millisecond.
+    func frames(for addresses: [UInt64], patience: Duration) -> [StackFrame]? {
+        if let cached = cachedFrames(addresses) { return cached }
+        return worker.run(patience: patience) { [self] in resolveHere(addresses) }
+    }
+
     /// Names only, from a thread of their own (`rlk.names`), never queued behind the full
     /// resolutions: the symbol tables give names in milliseconds where DWARF's line and inline tables can
     /// take seconds to read for code not seen before. No file, line or inlined frame (a frame's
@@ -100,9 +130,19 @@ final class Symbolicator: Sendable {
     ///
     /// Waits at most `patience` for the names thread (it loads its tables once, from
     /// ``warmUp()``); nil when they did not come by then (they are cached when they do).
+    /// A function that a full resolution has already seen gets its file (no line): see
+    /// `State.functionFiles`.
     func nameFrames(for addresses: [UInt64], patience: Duration) -> [StackFrame]? {
-        if let cached = namesState.locked({ state in Self.cached(addresses, in: state) }) { return cached }
-        return namesWorker.run(patience: patience) { [self] in nameFramesHere(addresses) } ?? (crlm_fork_generation() != 0 ? nameFramesHere(addresses) : nil)
+        let named =
+            namesState.locked { state in Self.cached(addresses, in: state) }
+            ?? namesWorker.run(patience: patience) { [self] in nameFramesHere(addresses) }
+            ?? (crlm_fork_generation() != 0 ? nameFramesHere(addresses) : nil)
+        guard var frames = named else { return nil }
+        let files = state.locked { $0.functionFiles }
+        for index in frames.indices where frames[index].file == nil {
+            if let symbol = frames[index].symbol, let file = files[symbol] { frames[index].file = file }
+        }
+        return frames
     }
 
     private func nameFramesHere(_ addresses: [UInt64]) -> [StackFrame] {
@@ -144,9 +184,17 @@ final class Symbolicator: Sendable {
         }
         if let imageMap {
             let resolved = Self.symbolicate(missing, imageMap, options: options)
+            let withFiles = options.contains(.showSourceLocations)
             lock.locked { state in
                 if state.cache.count + resolved.count > 100_000 { state.cache.removeAll(keepingCapacity: true) }
+                if state.functionFiles.count > 100_000 { state.functionFiles.removeAll(keepingCapacity: true) }
                 state.cache.merge(resolved) { _, new in new }
+                guard withFiles else { return }
+                for frame in resolved.values.joined() where !frame.inlined {
+                    guard let symbol = frame.symbol, let file = frame.file else { continue }
+                    if let known = state.functionFiles[symbol], !known.contains(Self.generatedFile) { continue }
+                    state.functionFiles[symbol] = file
+                }
             }
         }
         return lock.locked { state in Self.cached(addresses, in: state) } ?? []
@@ -243,6 +291,10 @@ final class Symbolicator: Sendable {
     private static func string(_ buffer: [CChar]) -> String {
         String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+
+    /// What the line tables give as the file of code the compiler wrote (synthesized conformances,
+    /// thunks), after a directory (`//<compiler-generated>`).
+    static let generatedFile = "<compiler-generated>"
 
     #if arch(x86_64)
     private static let architecture = "x86_64"

@@ -112,7 +112,7 @@ public struct CallTree: Sendable, Hashable {
             return false
         }
         guard let file = frame.file else { return true }
-        if file.contains("/swift/stdlib/") || file.contains("<compiler-generated>") || file.hasPrefix("/usr/") { return false }
+        if file.contains("/swift/stdlib/") || file.contains(Symbolicator.generatedFile) || file.hasPrefix("/usr/") { return false }
         for module in libraryModules where file.contains("/Sources/\(module)/") { return false }
         return true
     }

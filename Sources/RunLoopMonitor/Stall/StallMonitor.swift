@@ -292,24 +292,30 @@ public final class StallMonitor: Sendable {
     }
 
     /// Symbolicates a report (reporting thread) and delivers it or counts it. A stall's first
-    /// report never waits for symbolication (its counter must reach `/metrics` within a sample
-    /// interval of the stall's start, and a large binary's symbol and line tables take from
-    /// hundreds of milliseconds to seconds to read): unless every address is resolved already, it
-    /// goes out unsymbolicated while they are resolved in the background. Later reports of the
-    /// stall wait for them.
+    /// report waits at most one sample interval for symbols (its counter must reach `/metrics` at
+    /// once, and a large binary's symbol and line tables take from hundreds of milliseconds to
+    /// seconds to read the first time): full frames if they come within half of it, else names,
+    /// else it goes out unsymbolicated while they are resolved in the background. Later reports
+    /// of the stall wait for them.
     /// Returns the raw report of a `began` delivered without names.
     private func deliver(
         _ kind: PendingKind, _ raw: StallReport, _ sampler: StackSampler
     ) -> StallReport? {
         var report = raw
         let first = kind == .began || kind == .heldBackBegan
-        if first, let resolved = sampler.samplesIfSymbolicated() {
+        // Once the symbolication thread has its tables (loaded from start()), a stack not seen
+        // before resolves in well under a millisecond: the first report waits for it up to half a
+        // sample interval, since only full frames tell a handler from the synthesized code it
+        // calls (a `Codable` conformance's `encode(to:)` is the application's image, its file
+        // `<compiler-generated>`).
+        let warm = first && Symbolicator.shared.isWarm
+        if first, let resolved = warm ? sampler.samplesSymbolicated(patience: sampleInterval / 2) : sampler.samplesIfSymbolicated() {
             report.attribute(resolved)
         } else if first {
             // Names only while the full frames (files, lines, inlined functions) are resolved in
             // the background: enough for the blame and the fingerprint.
-            // Within one sample interval: the names thread loads its tables once, at start().
-            if let named = sampler.namedSamples(patience: sampleInterval), named.contains(where: { $0.frames.contains { $0.symbol != nil } }) {
+            // Within one sample interval in all: the names thread loads its tables once, at start().
+            if let named = sampler.namedSamples(patience: warm ? sampleInterval / 2 : sampleInterval), named.contains(where: { $0.frames.contains { $0.symbol != nil } }) {
                 report.attribute(named)
             } else {
                 report.attribute(sampler.samples(symbolicated: false), symbolicated: false)

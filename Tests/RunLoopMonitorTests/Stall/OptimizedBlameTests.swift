@@ -1,4 +1,6 @@
 import Foundation
+import RunLoopKit
+import Synchronization
 @testable import RunLoopMonitor
 import Testing
 
@@ -66,5 +68,59 @@ struct OptimizedBlameTests {
         #expect(StackFrame.module(ofMangledName: "$ss5print_9separator10terminatoryypd_S2StF") == "Swift")
         #expect(StackFrame.module(ofMangledName: "usleep") == nil)
         #expect(StackFrame.module(ofMangledName: "$s99Short") == nil)
+    }
+}
+
+/// A stall's first report is blamed from names alone when its full frames are not resolved yet.
+/// Names carry no file, so a function the compiler wrote in the application's image (a synthesized
+/// `Equatable`/`Codable` conformance, which the line tables give as `<compiler-generated>`) looked
+/// like the application's code: the stall server's JSON handler was counted under
+/// `Record.encode(to:)`. A function's file is the same at all its addresses, so once a full
+/// resolution has seen the function, names borrow its file.
+struct NamesBorrowFunctionFilesTests {
+    struct Inner: Equatable {
+        static func == (lhs: Inner, rhs: Inner) -> Bool {
+            // A Swift concurrency thread blocks every signal: unblock the capture's.
+            ThreadStack.prepareCurrentThread()
+            defer { ThreadStack.forgetCurrentThread() }
+            let stack = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID)
+            captured.locked { $0 = stack?.addresses ?? [] }
+            return true
+        }
+    }
+
+    /// `==` synthesized: the compiler writes it, and it calls `Inner.==`.
+    struct Record: Equatable {
+        var inner = Inner()
+        var number = 1
+    }
+
+    static let captured = Mutex<[UInt64]>([])
+
+    @Test func aSynthesizedFunctionNamedWithoutLinesIsNotTheApplicationsCode() throws {
+        #expect(Record() == Record())
+        let addresses = Self.captured.locked { $0 }
+        try #require(!addresses.isEmpty)
+        func synthesized(_ frames: [StackFrame]) -> StackFrame? {
+            frames.first { ($0.symbol ?? "").contains("Record.__derived_struct_equals") }
+        }
+        // Before any full resolution of these addresses: the name alone, no file.
+        let named = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60)))
+        let before = try #require(synthesized(named), "no frame of Record.== in \(named.map { $0.symbol ?? "?" })")
+        #expect(before.file == nil)
+        // The full frames say what the compiler wrote...
+        let full = try #require(synthesized(Symbolicator.shared.frames(for: addresses)))
+        #expect(full.file?.contains(Symbolicator.generatedFile) == true)
+        #expect(!CallTree.isApplicationCode(full))
+        // ...and the names now say it too.
+        let renamed = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60)))
+        let after = try #require(synthesized(renamed))
+        #expect(after.file == full.file)
+        #expect(after.line == nil)
+        #expect(!CallTree.isApplicationCode(after))
+        // The test's own `Inner.==` keeps its real file once seen.
+        let own = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60))?.first { ($0.symbol ?? "").contains("Inner.== infix") })
+        #expect(own.file?.hasSuffix("OptimizedBlameTests.swift") == true)
+        #expect(CallTree.isApplicationCode(own))
     }
 }
