@@ -626,13 +626,13 @@ private final class Worker: @unchecked Sendable {
         return stall.nextSample
     }
 
-    /// One more sample of a stall, and the thread's CPU clock with it. False when the thread is
-    /// gone.
     /// How long an all-threads snapshot waits for each running thread: short, because it is
     /// taken on the sampling thread while the stall is sampled, and a thread that does not answer
     /// soon (a sanitizer defers signals) is listed with its error rather than delaying the report.
     static let allThreadsTimeout: Duration = .milliseconds(20)
 
+    /// One more sample of a stall, and the thread's CPU clock with it. False when the thread is
+    /// gone.
     func sample(_ stall: inout Stall) -> Bool {
         guard stall.sampler.sample(timeout: captureTimeout) else { return false }
         if stall.threadID != 0, let cpu = ProcessThreads.cpuTime(of: stall.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
