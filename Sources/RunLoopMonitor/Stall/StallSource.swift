@@ -359,8 +359,10 @@ private final class HeartbeatState: Sendable {
 package final class LoopWait: Sendable {
     /// The system calls an idle epoll-based event loop waits in, on this architecture (from its
     /// `<sys/syscall.h>`); empty where none is known (no judgement is made: callers fall back).
-    package static let epollWaitCalls: Set<Int> = Set(
-        [crlm_sys_epoll_wait(), crlm_sys_epoll_pwait(), crlm_sys_epoll_pwait2()].filter { $0 >= 0 }.map(Int.init))
+    package static let epollWaitCalls: Set<Int> = {
+        let numbers: [Int] = [Int(crlm_sys_epoll_wait()), Int(crlm_sys_epoll_pwait()), Int(crlm_sys_epoll_pwait2())]
+        return Set(numbers.filter { $0 >= 0 })
+    }()
 
     /// The system calls the loop waits in.
     package let calls: Set<Int>
