@@ -21,6 +21,9 @@ let package = Package(
         // The stall monitor as a swift-service-lifecycle `Service`; built only with the
         // `ServiceLifecycle` trait.
         .library(name: "RunLoopMonitorService", targets: ["RunLoopMonitorService"]),
+        // A loop (RunLoop.main above all) drives a GLib GMainContext; built only with the `GLib`
+        // trait, so GLib's headers and library are never needed without it.
+        .library(name: "RunLoopGLib", targets: ["RunLoopGLib"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
         .executable(name: "stall-server", targets: ["stall-server"]),
     ],
@@ -34,6 +37,9 @@ let package = Package(
         .trait(
             name: "ServiceLifecycle",
             description: "RunLoopMonitorService: the stall monitor as a swift-service-lifecycle Service."),
+        .trait(
+            name: "GLib",
+            description: "RunLoopGLib: a loop drives a GLib GMainContext (needs glib-2.0 through pkg-config; Debian: libglib2.0-dev)."),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -206,6 +212,46 @@ let package = Package(
                 "SharedTestSupport",
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
+            ]
+        ),
+        // GLib's headers and library, found with pkg-config (trait `GLib` only: no target
+        // depends on it without the trait, so a build without it never looks for GLib).
+        .systemLibrary(
+            name: "CGLib",
+            pkgConfig: "glib-2.0",
+            providers: [.apt(["libglib2.0-dev"])]
+        ),
+        // A loop drives a GMainContext (trait `GLib`): GLib's descriptors in one epoll
+        // descriptor, its timeout a loop timer, prepare/query before the loop sleeps, check and
+        // dispatch after it wakes; a reverse GSource serves the loop in nested GLib loops.
+        .target(
+            name: "RunLoopGLib",
+            dependencies: [
+                "RunLoopKit",
+                .product(name: "Logging", package: "swift-log"),
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
+            ]
+        ),
+        // Test-only: GLib scenarios on a process's main thread (RunLoop.main, GLib's default
+        // context, the main queue and main actor, fork); RunLoopGLibTests launch it.
+        .executableTarget(
+            name: "GLibProbe",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopGLib",
+                "RunLoopMonitor",
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
+            ],
+            path: "Tests/GLibProbe"
+        ),
+        .testTarget(
+            name: "RunLoopGLibTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopGLib",
+                "RunLoopMonitor",
+                "SharedTestSupport",
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
             ]
         ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
