@@ -4,9 +4,12 @@
 #ifndef CGLIB_SHIM_H
 #define CGLIB_SHIM_H
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+// No _GNU_SOURCE here: it changes the C library's own structs (fd_set's field is `fds_bits` with
+// it, `__fds_bits` without), and a module that includes them differently from Swift's Glibc
+// module, or from GTK's headers in another module, fails clang's check that one struct has one
+// definition ("'__fds_bits' from module 'SwiftGlibc' is not present in definition of 'fd_set' in
+// module 'CGLib'"), depending on which module a build happens to compile first. The one GNU
+// function used, process_vm_readv, is declared below.
 #include <glib.h>
 #include <glib-unix.h>
 #include <errno.h>
@@ -41,6 +44,10 @@ static inline int crlg_epoll_ready(int epfd) {
     do { count = epoll_wait(epfd, &event, 1, 0); } while (count < 0 && errno == EINTR);
     return count;
 }
+
+/// process_vm_readv(2), which <sys/uio.h> declares only with _GNU_SOURCE.
+extern ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long local_count,
+                                const struct iovec *remote, unsigned long remote_count, unsigned long flags);
 
 /// Copies `length` bytes at `address` of this process into `buffer` without faulting: false if
 /// any of it is not mapped (or the kernel refuses the call: then `*unavailable` is set).
