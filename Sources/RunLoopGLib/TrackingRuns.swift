@@ -36,7 +36,7 @@ import Synchronization
 public final class TrackingRuns: Sendable {
     /// The loop that runs in ``mode``.
     public let loop: RunLoop
-    /// The mode of the tracking runs (``RunLoop/Mode/tracking`` by default).
+    /// The mode of the tracking runs (`RunLoop.Mode.tracking` by default).
     public let mode: RunLoop.Mode
     /// The modes in which the loop may enter a tracking run: a block queued in them enters it.
     public let entryModes: [RunLoop.Mode]
@@ -60,7 +60,7 @@ public final class TrackingRuns: Sendable {
     /// - Parameters:
     ///   - loop: The loop to run in `mode` (the calling thread's by default).
     ///   - mode: The tracking mode; made one of the loop's common modes when a run is entered.
-    ///   - entryModes: Where the loop enters the run from: ``RunLoop/Mode/common`` (the default)
+    ///   - entryModes: Where the loop enters the run from: `RunLoop.Mode.common` (the default)
     ///     is every common mode, so the loop enters it from `.default` and not from a private
     ///     mode of a modal run.
     ///   - limit: The longest one tracking run lasts if its gestures never end (60 s by default).

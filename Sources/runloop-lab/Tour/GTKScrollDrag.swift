@@ -37,9 +37,9 @@ struct GTKScrollDrag: Experiment {
         slider, moves it 120 px down in 20 steps 50 ms apart, and releases. GTK 4 runs no \
         nested loop while it is dragged: a GtkGestureDrag's drag-begin only asks TrackingRuns \
         for a .tracking run. The loop enters it at the top of the loop, once GLib's dispatch of \
-        the press has returned and GTK has given the press to the scroll bar. Entering it \
-        inside drag-begin starved the scroll bar of that press: measured, noted in \
-        notes/glib-bridge.md. drag-end ends the run. The counts are before, during and after the \
+        the press has returned and GTK has given the press to the scroll bar. (Entering it \
+        inside drag-begin starved the scroll bar of that press: the view did not move, \
+        measured when the bridge was designed.) drag-end ends the run. The counts are before, during and after the \
         drag, beside the scroll position, the g_main_depth of each value-changed signal, and a \
         screenshot of the window before and after the drag.
         """
