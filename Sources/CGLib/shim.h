@@ -4,9 +4,8 @@
 #ifndef CGLIB_SHIM_H
 #define CGLIB_SHIM_H
 
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
+// No _GNU_SOURCE here: it would change the system headers' declarations from those Swift's Glibc
+// module was built with (a module conflict). process_vm_readv and gettid are system calls.
 #include <glib.h>
 #include <glib-unix.h>
 #include <errno.h>
@@ -47,7 +46,7 @@ static inline int crlg_epoll_ready(int epfd) {
 static inline bool crlg_read_own_memory(void *buffer, const void *address, size_t length, bool *unavailable) {
     struct iovec local = {buffer, length};
     struct iovec remote = {(void *)address, length};
-    ssize_t copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    ssize_t copied = (ssize_t)syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
     if (copied < 0 && (errno == EPERM || errno == ENOSYS)) *unavailable = true;
     return copied == (ssize_t)length;
 }
