@@ -4,12 +4,8 @@
 #ifndef CGLIB_SHIM_H
 #define CGLIB_SHIM_H
 
-// No _GNU_SOURCE here: it changes the C library's own structs (fd_set's field is `fds_bits` with
-// it, `__fds_bits` without), and a module that includes them differently from Swift's Glibc
-// module, or from GTK's headers in another module, fails clang's check that one struct has one
-// definition ("'__fds_bits' from module 'SwiftGlibc' is not present in definition of 'fd_set' in
-// module 'CGLib'"), depending on which module a build happens to compile first. The one GNU
-// function used, process_vm_readv, is declared below.
+// No _GNU_SOURCE here: it would change the system headers' declarations from those Swift's Glibc
+// module was built with (a module conflict). process_vm_readv and gettid are system calls.
 #include <glib.h>
 #include <glib-unix.h>
 #include <errno.h>
@@ -45,16 +41,12 @@ static inline int crlg_epoll_ready(int epfd) {
     return count;
 }
 
-/// process_vm_readv(2), which <sys/uio.h> declares only with _GNU_SOURCE.
-extern ssize_t process_vm_readv(pid_t pid, const struct iovec *local, unsigned long local_count,
-                                const struct iovec *remote, unsigned long remote_count, unsigned long flags);
-
 /// Copies `length` bytes at `address` of this process into `buffer` without faulting: false if
 /// any of it is not mapped (or the kernel refuses the call: then `*unavailable` is set).
 static inline bool crlg_read_own_memory(void *buffer, const void *address, size_t length, bool *unavailable) {
     struct iovec local = {buffer, length};
     struct iovec remote = {(void *)address, length};
-    ssize_t copied = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    ssize_t copied = (ssize_t)syscall(SYS_process_vm_readv, getpid(), &local, 1UL, &remote, 1UL, 0UL);
     if (copied < 0 && (errno == EPERM || errno == ENOSYS)) *unavailable = true;
     return copied == (ssize_t)length;
 }

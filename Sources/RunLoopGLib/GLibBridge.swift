@@ -36,7 +36,7 @@ import Synchronization
 public final class GLibBridge: @unchecked Sendable, CustomStringConvertible {
     /// The loop that drives the context.
     public let loop: RunLoop
-    /// The modes the bridge drives GLib in (``RunLoop/Mode/common`` by default).
+    /// The modes the bridge drives GLib in (`RunLoop.Mode.common` by default).
     public let modes: [RunLoop.Mode]
     /// The `GMainContext *` driven (GLib's global default context unless another was given).
     public let context: OpaquePointer
@@ -46,9 +46,9 @@ public final class GLibBridge: @unchecked Sendable, CustomStringConvertible {
     /// `modes`. Call it on `loop`'s thread.
     ///
     /// - Parameters:
-    ///   - loop: The loop to drive the context: the calling thread's (``RunLoop/current``).
+    ///   - loop: The loop to drive the context: the calling thread's (`RunLoop.current`).
     ///   - context: A `GMainContext *`; nil for GLib's global default context (GTK's).
-    ///   - modes: The modes GLib runs in: ``RunLoop/Mode/common`` (the default) runs it in every
+    ///   - modes: The modes GLib runs in: `RunLoop.Mode.common` (the default) runs it in every
     ///     common mode, as a CoreFoundation source added to the common modes runs, so GLib keeps
     ///     running in `.tracking` once that is a common mode, and pauses in a private mode.
     /// - Throws: ``GLibBridgeError``: not on the loop's thread, the context already driven by a

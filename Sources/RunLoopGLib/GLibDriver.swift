@@ -67,6 +67,8 @@ final class GLibDriver: @unchecked Sendable {
     private var epollSource: FileDescriptorSource?
     /// What ``epollFD`` holds: (descriptor, epoll events), by descriptor.
     private var registered: [(fd: Int32, events: UInt32)] = []
+    /// The next ``registered``, built by `sync` (kept between syncs: a pass allocates nothing).
+    private var syncing: [(fd: Int32, events: UInt32)] = []
     /// Re-register every descriptor at the next sync: GLib's set of descriptors may have changed
     /// behind the same numbers (a source closed its descriptor and another reopened the number).
     private var revalidate = false
@@ -187,6 +189,8 @@ final class GLibDriver: @unchecked Sendable {
         timer.label = "GLib timeout"
         let kick = MessagePort<UInt8>(order: Self.sourceOrder + 1) { [self] _ in kicked() }
         kick.label = Self.calloutLabel
+        // Invalidated by the bridge's own teardown, or by the loop's when its thread exits.
+        kick.onInvalidate = { [weak self] in self?.loopLetGo() }
         self.observer = observer
         self.timer = timer
         self.kick = kick
@@ -344,8 +348,9 @@ final class GLibDriver: @unchecked Sendable {
     /// descriptor; GLib merges a descriptor's entries into one).
     private func sync() {
         let ownLoopDescriptor = reverse?.pollDescriptor ?? -1
-        var next: [(fd: Int32, events: UInt32)] = []
-        next.reserveCapacity(Int(count))
+        var next = syncing
+        syncing = []
+        next.removeAll(keepingCapacity: true)
         if !unwatchable.isEmpty { unwatchable.removeAll(keepingCapacity: true) }
         var old = 0
         for index in 0..<Int(count) {
@@ -376,6 +381,7 @@ final class GLibDriver: @unchecked Sendable {
             unregister(registered[old].fd)
             old += 1
         }
+        syncing = registered
         registered = next
         revalidate = false
     }
@@ -455,6 +461,14 @@ final class GLibDriver: @unchecked Sendable {
             let modes = Array(Set(modes + [.common]))
             loop.perform(inModes: modes) { [self] in tearDown() }
         }
+    }
+
+    /// The loop's thread exits with the bridge attached: its teardown (on that thread) invalidated
+    /// the kick port. The context is released there, and the items let go (they hold the driver).
+    private func loopLetGo() {
+        guard !tornDown else { return }
+        attached.store(false, ordering: .releasing)
+        tearDown()
     }
 
     /// Removes the items and the reverse source, then releases the context (or lets the

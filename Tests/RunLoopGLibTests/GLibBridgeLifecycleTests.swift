@@ -60,6 +60,34 @@ import Testing
         #expect(result == [])
     }
 
+    /// A loop thread that exits with its bridge attached (never invalidated) releases the context
+    /// on its way out: another thread can then acquire it, and the bridge says it is detached.
+    @Test func threadExitReleasesTheContext() async {
+        let context = SendablePointer(pointer: g_main_context_new()!)
+        defer { g_main_context_unref(context.pointer) }
+        let bridge = await TestThreads.run(name: "glib-exiting") { () -> GLibBridge? in
+            guard let bridge = try? GLibBridge.attach(context: context.pointer) else { return nil }
+            addTimeout(5, to: context.pointer) {
+                RunLoop.current.stop()
+                return false
+            }
+            RunLoop.current.run(mode: .default, for: .seconds(5))
+            return bridge
+        }
+        guard let bridge = bridge ?? nil else {
+            Issue.record("attach failed")
+            return
+        }
+        #expect(!bridge.isAttached)
+        let acquired = await TestThreads.run(name: "glib-next") { () -> Bool in
+            guard g_main_context_acquire(context.pointer) != 0 else { return false }
+            g_main_context_release(context.pointer)
+            return true
+        }
+        #expect(acquired == true)
+        bridge.invalidate()  // after the thread's exit: nothing to do, no crash
+    }
+
     /// Attaching from another thread than the loop's is refused, and so is a context another
     /// thread owns.
     @Test func attachRefusesOtherThreadsAndOwnedContexts() async {

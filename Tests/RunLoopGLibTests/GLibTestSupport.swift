@@ -74,7 +74,11 @@ func addWatch(
 /// A pipe: (read end, write end), both non-blocking and close-on-exec.
 func makePipe() -> (read: Int32, write: Int32) {
     var ends: [Int32] = [0, 0]
-    precondition(pipe2(&ends, O_NONBLOCK | O_CLOEXEC) == 0, "pipe2 failed")
+    precondition(pipe(&ends) == 0, "pipe failed")
+    for end in ends {
+        _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+    }
     return (ends[0], ends[1])
 }
 
