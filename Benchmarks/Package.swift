@@ -6,18 +6,17 @@ import PackageDescription
 
 let package = Package(
     name: "RunLoopKitBenchmarks",
-    // `--traits GTK` builds gtk-bench with GTK 4 and RunLoopGLib (the `gtk` workload); without it
-    // gtk-bench only says so, and nothing here needs GLib or GTK.
+    // `--traits GTK` builds gtk-bench with GTK 4 (the `gtk` workload); without it gtk-bench only
+    // says so, and nothing here needs GTK.
     traits: [
         .trait(name: "GTK", description: "The `gtk` workload: a GTK 4 window under Xvfb on GLibBridge, a 50 ms tickler and g_main_loop_run."),
         .default(enabledTraits: []),
     ],
     dependencies: [
-        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload); GTK (this
-        // package's trait) builds RunLoopGLib.
-        .package(
-            name: "RunLoopKit", path: "..",
-            traits: ["SwiftNIO", .trait(name: "GLib", condition: .when(traits: ["GTK"]))]),
+        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload), the trait GLib
+        // RunLoopGLib (the `glib` workload's glib-bench: only that target needs glib-2.0's
+        // development files).
+        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO", "GLib"]),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
@@ -45,7 +44,7 @@ let package = Package(
             name: "gtk-bench",
             dependencies: [
                 .product(name: "RunLoopKit", package: "RunLoopKit"),
-                .product(name: "RunLoopGLib", package: "RunLoopKit", condition: .when(traits: ["GTK"])),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
                 .target(name: "CBenchGtk", condition: .when(traits: ["GTK"])),
             ]
         ),

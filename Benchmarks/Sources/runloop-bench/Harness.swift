@@ -13,8 +13,8 @@ enum Impl: String, CaseIterable, Codable, Sendable {
         case .cf: "cf"
         case .nio: "nio"
         case .floor: "floor"
+        case .glib: "glib"
         case .glibTickler: "tickler"
-        case .glibLoop: "glibloop"
         }
     }
 
@@ -22,11 +22,11 @@ enum Impl: String, CaseIterable, Codable, Sendable {
     case cf = "CFRunLoop"
     case nio = "SwiftNIO"
     case floor = "C floor"
-    /// A GTK window's main thread owned by GLib (`g_main_loop_run`), the main queue drained by a
-    /// 50 ms timeout (the `gtk` workload).
+    /// GLib's own main loop (`g_main_loop_run`), for RunLoopGLib's bridge.
+    case glib = "GLib main loop"
+    /// GLib's own main loop with the main queue drained by a 50 ms timeout, as swift-cross-ui's
+    /// "tickler" does (the `gtk` workload).
     case glibTickler = "GLib + 50 ms tickler"
-    /// The same with a GSource on the main queue's eventfd (the `gtk` workload).
-    case glibLoop = "g_main_loop_run + GSource"
 }
 
 /// How good a bigger value is.
@@ -75,8 +75,8 @@ protocol Workload: Sendable {
     func runCF() -> Measurement
     func runNIO() -> Measurement
     func runFloor() -> Measurement
+    func runGLib() -> Measurement
     func runGLibTickler() -> Measurement
-    func runGLibLoop() -> Measurement
     /// The targets, judged on the medians of this run.
     func targets(_ results: WorkloadResults) -> [TargetCheck]
     /// Extra lines under the table (derived figures, caveats).
@@ -87,8 +87,8 @@ extension Workload {
     var implementations: [Impl] { [.runLoopKit, .cf, .nio] }
     func runNIO() -> Measurement { fatalError("\(name) has no SwiftNIO equivalent") }
     func runFloor() -> Measurement { fatalError("\(name) has no floor") }
-    func runGLibTickler() -> Measurement { fatalError("\(name) has no GLib-owned loop") }
-    func runGLibLoop() -> Measurement { fatalError("\(name) has no GLib-owned loop") }
+    func runGLib() -> Measurement { fatalError("\(name) has no GLib main loop equivalent") }
+    func runGLibTickler() -> Measurement { fatalError("\(name) has no GLib tickler equivalent") }
     func notes(_ results: WorkloadResults) -> [String] { [] }
 
     func run(_ impl: Impl) -> Measurement {
@@ -97,8 +97,8 @@ extension Workload {
         case .cf: runCF()
         case .nio: runNIO()
         case .floor: runFloor()
+        case .glib: runGLib()
         case .glibTickler: runGLibTickler()
-        case .glibLoop: runGLibLoop()
         }
     }
 }
