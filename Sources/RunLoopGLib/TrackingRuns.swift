@@ -17,9 +17,9 @@ import Synchronization
 /// it at its next pass.
 ///
 /// ```swift
-/// let tracking = TrackingRuns()                       // RunLoop.current, .tracking
-/// // GtkGestureDrag "drag-begin": tracking.begin()
-/// // GtkGestureDrag "drag-end":   tracking.end()
+/// let tracking = TrackingRuns()   // RunLoop.current, .tracking
+/// tracking.begin()                // in a GtkGestureDrag's "drag-begin" handler
+/// tracking.end()                  // in its "drag-end" handler
 /// ```
 ///
 /// While the tracking run lasts, only items of the tracking mode run: a timer added for
