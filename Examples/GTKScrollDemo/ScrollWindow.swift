@@ -49,7 +49,8 @@ public final class ScrollWindow: @unchecked Sendable {
 
     /// Builds the window (not shown yet: ``present()``). GTK must be started (`GTK.start`).
     public init(title: String = "RunLoopKit on GTK 4", width: Int32 = 420, height: Int32 = 320, rows: Int = 150) {
-        tracking = TrackingRuns(loop: .main, mode: .tracking)
+        // A drag here lasts about a second; one whose end is lost ends the run after 10 s.
+        tracking = TrackingRuns(loop: .main, mode: .tracking, limit: .seconds(10))
         window = gtk_window_new()
         gtk_window_set_title(crgtk_window(window), title)
         gtk_window_set_default_size(crgtk_window(window), width, height)
