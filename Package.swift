@@ -21,6 +21,9 @@ let package = Package(
         // The stall monitor as a swift-service-lifecycle `Service`; built only with the
         // `ServiceLifecycle` trait.
         .library(name: "RunLoopMonitorService", targets: ["RunLoopMonitorService"]),
+        // A loop (RunLoop.main above all) drives a GLib GMainContext; built only with the `GLib`
+        // trait, so GLib's headers and library are never needed without it.
+        .library(name: "RunLoopGLib", targets: ["RunLoopGLib"]),
         .executable(name: "runloop-lab", targets: ["runloop-lab"]),
         .executable(name: "stall-server", targets: ["stall-server"]),
     ],
@@ -34,6 +37,14 @@ let package = Package(
         .trait(
             name: "ServiceLifecycle",
             description: "RunLoopMonitorService: the stall monitor as a swift-service-lifecycle Service."),
+        .trait(
+            name: "GLib",
+            description: "RunLoopGLib: a loop drives a GLib GMainContext (needs glib-2.0 through pkg-config; Debian: libglib2.0-dev)."),
+        // GTK 4 for the lab's experiment 24 and the GTK tests only: no library product links GTK.
+        .trait(
+            name: "GTK",
+            description: "The lab's GTK 4 experiment (24) and the GTK tests on RunLoopGLib (needs gtk4 through pkg-config; Debian: libgtk-4-dev; the tests and the experiment also Xvfb, xdotool and ImageMagick).",
+            enabledTraits: ["GLib"]),
         .default(enabledTraits: []),
     ],
     dependencies: [
@@ -208,6 +219,46 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
             ]
         ),
+        // GLib's headers and library, found with pkg-config (trait `GLib` only: no target
+        // depends on it without the trait, so a build without it never looks for GLib).
+        .systemLibrary(
+            name: "CGLib",
+            pkgConfig: "glib-2.0",
+            providers: [.apt(["libglib2.0-dev"])]
+        ),
+        // A loop drives a GMainContext (trait `GLib`): GLib's descriptors in one epoll
+        // descriptor, its timeout a loop timer, prepare/query before the loop sleeps, check and
+        // dispatch after it wakes; a reverse GSource serves the loop in nested GLib loops.
+        .target(
+            name: "RunLoopGLib",
+            dependencies: [
+                "RunLoopKit",
+                .product(name: "Logging", package: "swift-log"),
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
+            ]
+        ),
+        // Test-only: GLib scenarios on a process's main thread (RunLoop.main, GLib's default
+        // context, the main queue and main actor, fork); RunLoopGLibTests launch it.
+        .executableTarget(
+            name: "GLibProbe",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopGLib",
+                "RunLoopMonitor",
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
+            ],
+            path: "Tests/GLibProbe"
+        ),
+        .testTarget(
+            name: "RunLoopGLibTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopGLib",
+                "RunLoopMonitor",
+                "SharedTestSupport",
+                .target(name: "CGLib", condition: .when(traits: ["GLib"])),
+            ]
+        ),
         // A loop on virtual time for users' deterministic tests (advance(by:), runUntilIdle()).
         .target(name: "RunLoopTesting", dependencies: ["RunLoopKit"]),
         // The lab's own C shims (accept4 for its echo server, gettid, thread names).
@@ -235,6 +286,9 @@ let package = Package(
                 "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // Experiment 24 (a GTK 4 window dragged under Xvfb), with the trait GTK only.
+                .target(name: "RunLoopGLib", condition: .when(traits: ["GTK"])),
+                .target(name: "GTKScrollDemo", condition: .when(traits: ["GTK"])),
                 // Experiment 23 (a blocked NIO event loop), with the trait SwiftNIO only.
                 .target(name: "RunLoopMonitorNIO", condition: .when(traits: ["SwiftNIO"])),
                 .target(name: "NIOStallServer", condition: .when(traits: ["SwiftNIO"])),
@@ -346,6 +400,39 @@ let package = Package(
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
         ),
+        // GTK 4's headers and libraries, found with pkg-config (trait `GTK` only: only the targets
+        // below and the lab depend on it, and only with the trait).
+        .systemLibrary(
+            name: "CGtk",
+            pkgConfig: "gtk4",
+            providers: [.apt(["libgtk-4-dev"])]
+        ),
+        // A GTK 4 window on RunLoopGLib's bridge (trait `GTK`): the scroll view that an xdotool drag
+        // puts in `.tracking`, the virtual X display it runs on, the drag and the screenshots.
+        // Experiment 24 of the lab and GTKProbe run it; not a product.
+        .target(
+            name: "GTKScrollDemo",
+            dependencies: [
+                "RunLoopKit",
+                .target(name: "RunLoopGLib", condition: .when(traits: ["GTK"])),
+                .target(name: "CGtk", condition: .when(traits: ["GTK"])),
+            ],
+            path: "Examples/GTKScrollDemo"
+        ),
+        // Test-only: GTK scenarios on a process's main thread (GTK is initialised once per process,
+        // on the main thread), each on an Xvfb display of its own; RunLoopGTKTests launch it.
+        .executableTarget(
+            name: "GTKProbe",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopConcurrency",
+                .target(name: "RunLoopGLib", condition: .when(traits: ["GTK"])),
+                .target(name: "GTKScrollDemo", condition: .when(traits: ["GTK"])),
+                .target(name: "CGtk", condition: .when(traits: ["GTK"])),
+            ],
+            path: "Tests/GTKProbe"
+        ),
+        .testTarget(name: "RunLoopGTKTests", dependencies: ["SharedTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

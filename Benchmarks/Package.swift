@@ -6,9 +6,17 @@ import PackageDescription
 
 let package = Package(
     name: "RunLoopKitBenchmarks",
+    // `--traits GTK` builds gtk-bench with GTK 4 (the `gtk` workload); without it gtk-bench only
+    // says so, and nothing here needs GTK.
+    traits: [
+        .trait(name: "GTK", description: "The `gtk` workload: a GTK 4 window under Xvfb on GLibBridge, a 50 ms tickler and g_main_loop_run."),
+        .default(enabledTraits: []),
+    ],
     dependencies: [
-        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload).
-        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO"]),
+        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload), the trait GLib
+        // RunLoopGLib (the `glib` workload's glib-bench: only that target needs glib-2.0's
+        // development files).
+        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO", "GLib"]),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
@@ -27,6 +35,17 @@ let package = Package(
                 .product(name: "RunLoopConcurrency", package: "RunLoopKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // GTK 4 (trait GTK only) and libdispatch's main-queue port for a GLib-owned loop.
+        .systemLibrary(name: "CBenchGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
+        // One process per way of running a GTK window's main thread: the `gtk` workload runs it.
+        .executableTarget(
+            name: "gtk-bench",
+            dependencies: [
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
+                .target(name: "CBenchGtk", condition: .when(traits: ["GTK"])),
             ]
         ),
         // One fresh process's first stall report: the `firstreport` workload runs it.

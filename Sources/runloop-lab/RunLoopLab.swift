@@ -10,6 +10,7 @@ struct RunLoopLab: ParsableCommand {
         abstract: "Run the RunLoop experiments of the seed articles on RunLoopKit and show what the loop did.",
         subcommands: [
             TourCommand.self, ListCommand.self, TimelineCommand.self, CrashChildCommand.self, MainActorChildCommand.self,
+            GTKChildCommand.self,
         ],
         defaultSubcommand: TourCommand.self
     )

@@ -34,6 +34,7 @@ func workloads(full: Bool) -> [any Workload] {
         TicksWorkload(),
         ClockDeterminismWorkload(),
         NIOTickWorkload(),
+        GTKWorkload(),
     ]
 }
 let allWorkloads = workloads(full: false)
@@ -90,7 +91,10 @@ struct RunLoopBench: ParsableCommand {
             }
             return
         }
-        let selected = workloads(full: full).enumerated().filter { only.isEmpty || only.contains($0.element.name) }
+        // `gtk` needs the trait GTK and Xvfb: it runs only when named.
+        let selected = workloads(full: full).enumerated().filter {
+            only.isEmpty ? $0.element.name != "gtk" : only.contains($0.element.name)
+        }
         let machine = Machine.current()
         let header = """
             runloop-bench: \(reps) interleaved repetitions per implementation; figures are medians (min–max).

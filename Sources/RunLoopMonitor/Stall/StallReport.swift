@@ -94,7 +94,10 @@ public struct StallReport: Sendable, Codable, Hashable {
     public var loop: String
     /// The item the loop was calling out to (its label, else its kind: `block`, `timer`,
     /// `observer`, `source`, `descriptor source`, `message port`, `main queue`), or `the loop's own
-    /// work` for a stall between callouts (see `RunLoop.CalloutSnapshot` in RunLoopKit).
+    /// work` for a stall between callouts (see `RunLoop.CalloutSnapshot` in RunLoopKit). A callout
+    /// that runs another loop's work says which when its item has a describer
+    /// (`RunLoop.describeCallouts(labelled:_:)`): RunLoopGLib's dispatch gives the name of the GLib
+    /// source being dispatched.
     public var item: String
     /// Where the loop was stuck, in a word: the deepest frame of the application's own code on the
     /// heaviest path of the samples' call tree (``CallTree/blamed``); when that path holds none,

@@ -115,10 +115,13 @@ extension RunLoop: StallSource {
             case .waiting: .idle
             default: .busy
             }
+        // A callout that runs another loop's work (RunLoopGLib's dispatch) may say which: asked
+        // only while the loop is busy (one relaxed load when the loop has no describer).
+        let item = activity == .busy ? calloutDetail(of: callout) ?? callout.description : callout.description
         return StallSnapshot(
             activity: activity, threadID: threadID, work: snapshot.generation, step: callout.sequence,
             busySince: snapshot.busySince, idleSince: snapshot.phase == .waiting ? snapshot.since : nil,
-            phase: snapshot.phase.description, item: callout.description, threadName: nil,
+            phase: snapshot.phase.description, item: item, threadName: nil,
             threadExited: hasThreadExited)
     }
 

@@ -60,5 +60,6 @@ enum Tour {
         URLConnectionThreads(),
         MainActorWhileTracking(),
         BlockedNIOEventLoop(),
+        GTKScrollDrag(),
     ]
 }

@@ -50,6 +50,8 @@ extension RunLoop {
         public let kind: CalloutKind
         /// The item's label (``RunLoopTimer/label`` and the like), nil when it has none.
         public let label: String?
+        /// The label's interned id (0: none), what callout describers are registered under.
+        let labelID: UInt32
 
         /// The item in words: its label, else its kind (`timer`, `block`, …).
         public var description: String { label ?? kind.description }
@@ -63,7 +65,40 @@ extension RunLoop {
         return CalloutSnapshot(
             sequence: UInt32(truncatingIfNeeded: word),
             kind: CalloutKind(rawValue: UInt8(truncatingIfNeeded: word >> 32)) ?? .none,
-            label: labelID == 0 ? nil : CalloutLabels.name(labelID))
+            label: labelID == 0 ? nil : CalloutLabels.name(labelID), labelID: labelID)
+    }
+
+    /// Registers `describe`, which says more about a callout of an item labelled `label` than
+    /// the label does, when someone asks (``calloutDetail(of:)``): the stall monitor asks while
+    /// the loop is busy in such a callout, to name a stall's item. Until the token is cancelled.
+    ///
+    /// For an item whose one callout runs many things of a foreign loop's (RunLoopGLib's dispatch
+    /// runs GLib's ready sources: its describer names the GLib source being dispatched). The loop
+    /// never calls `describe` and does nothing more per callout: the cost is on the asking side
+    /// (one relaxed load while no describer is registered on the loop).
+    ///
+    /// `describe` runs on the asking thread while the loop's thread goes on: it must not block or
+    /// wait for the loop's thread, and it reads what the callout publishes without a lock (nil
+    /// when it has nothing to say). Any thread.
+    public func describeCallouts(labelled label: String, _ describe: @escaping @Sendable () -> String?) -> InstrumentationToken {
+        let id = instrumentation.addDescriber(label: CalloutLabels.id(for: label), describe)
+        let instrumentation = self.instrumentation
+        return InstrumentationToken { instrumentation.removeDescriber(id) }
+    }
+
+    /// What the describer registered for the label of `snapshot`'s callout says about it
+    /// (``describeCallouts(labelled:_:)``), while the loop is still in that callout; nil when no
+    /// describer is registered for the label, it has nothing to say, or the loop has left the
+    /// callout (the describer may have looked at the next one). Any thread; one relaxed load when
+    /// the loop has no describer.
+    public func calloutDetail(of snapshot: CalloutSnapshot) -> String? {
+        guard snapshot.labelID != 0, instrumentation.describerCount.load(ordering: .relaxed) > 0,
+            let describe = instrumentation.describer(for: snapshot.labelID)
+        else { return nil }
+        let detail = describe()
+        // Still the same callout after the describer looked: it described this one.
+        let sequence = UInt32(truncatingIfNeeded: instrumentation.calloutWord.load(ordering: .acquiring))
+        return sequence == snapshot.sequence ? detail : nil
     }
 
     /// Publishes a callout's start. Loop thread only. The sequence is the word's own low half

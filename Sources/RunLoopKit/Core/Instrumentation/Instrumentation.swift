@@ -260,6 +260,11 @@ final class LoopInstrumentation: Sendable {
     let traceVersion = Atomic<UInt64>(0)
     /// `(label << 8 | kind) << 32 | sequence` of the callout in progress (see Callouts.swift).
     let calloutWord = Atomic<UInt64>(0)
+    /// Callout describers by label id (Callouts.swift), and how many there are: asked by other
+    /// threads, never by the loop.
+    private let describers = Mutex<[(id: UInt64, label: UInt32, describe: @Sendable () -> String?)]>([])
+    let describerCount = Atomic<Int>(0)
+    private let nextDescriberID = Atomic<UInt64>(1)
     private let reporters = Mutex<(nextID: UInt64, list: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)])>(
         (1, []))
 
@@ -282,6 +287,31 @@ final class LoopInstrumentation: Sendable {
         refreshFlags()
         // The closure is released here, after the lock.
         _ = consume removed
+    }
+
+    func addDescriber(label: UInt32, _ describe: @escaping @Sendable () -> String?) -> UInt64 {
+        let id = nextDescriberID.add(1, ordering: .relaxed).oldValue
+        describers.locked { list in
+            list.append((id, label, describe))
+            describerCount.store(list.count, ordering: .relaxed)
+        }
+        return id
+    }
+
+    func removeDescriber(_ id: UInt64) {
+        let removed = describers.locked { list in
+            let removed = list.filter { $0.id == id }
+            list.removeAll { $0.id == id }
+            describerCount.store(list.count, ordering: .relaxed)
+            return removed
+        }
+        // The closure is released here, after the lock.
+        _ = consume removed
+    }
+
+    /// The latest describer registered for `label` (called with no lock held).
+    func describer(for label: UInt32) -> (@Sendable () -> String?)? {
+        describers.locked { list in list.last { $0.label == label }?.describe }
     }
 
     /// The reporters now (a copy: they are called with no lock held).

@@ -139,6 +139,9 @@ final class LoopThreadState: @unchecked Sendable {
     @exclusivity(unchecked) var firingBatch = TimerBatch()
     /// Runs in progress (1 in the outermost run).
     @exclusivity(unchecked) var runDepth = 0
+    /// A foreign wait is in progress (RunLoop+ForeignWait.swift), and the epoll set it polls.
+    @exclusivity(unchecked) var inForeignWait = false
+    @exclusivity(unchecked) var foreignWaitSet: EpollBackend.InterestSet?
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
     @exclusivity(unchecked) var virtualTimePolicy: (any VirtualTimePolicy)?
     /// The recorder while one is attached (see Tracing.swift), and the attach version it was

@@ -7,8 +7,9 @@ import Synchronization
 // Shared state (atomics; "loop" = written only by the loop's thread):
 //
 //   flag               writers      set by                               cleared by
-//   sleeping           loop         announceSleep                        skipsSleep (work found),
-//                                                                        endSleep
+//   sleeping           loop         announceSleep (a kernel or futex     skipsSleep (work found),
+//                                   wait; a foreign wait, see            endSleep
+//                                   RunLoop+ForeignWait.swift)
 //   request.pending    any / loop   request (wakeUp, stop, a block,      takeRequest (a wait or poll),
 //                                   a message, an item change)           dropLibraryRequest (a pass
 //                                                                        begins, a run ends) unless
@@ -265,6 +266,16 @@ struct WakeProtocol: ~Copyable, Sendable {
         guard requestWord.load(ordering: .sequentiallyConsistent) & Self.pending != 0 else { return false }
         step("loop: exchange request")
         return requestWord.exchange(0, ordering: .sequentiallyConsistent) & Self.pending != 0
+    }
+
+    /// Right after ``announceSleep()`` for a foreign wait (RunLoop+ForeignWait.swift): whether a
+    /// request is pending, left pending (the pass the foreign loop runs takes it). The
+    /// sequentially consistent load is the loop's side of the Dekker pattern, as in
+    /// ``skipsSleep(handedOver:)``.
+    @inline(__always)
+    func requestPendingAfterAnnouncing() -> Bool {
+        step("loop: load request (foreign wait)")
+        return requestWord.load(ordering: .sequentiallyConsistent) & Self.pending != 0
     }
 
     /// Whether a request is pending (a relaxed look, for spinning and for `hasPendingInput`).
