@@ -7,8 +7,10 @@ import PackageDescription
 let package = Package(
     name: "RunLoopKitBenchmarks",
     dependencies: [
-        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload).
-        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO"]),
+        // The trait SwiftNIO builds RunLoopMonitorNIO (the `niotick` workload), the trait GLib
+        // RunLoopGLib (the `glib` workload's glib-bench: only that target needs glib-2.0's
+        // development files).
+        .package(name: "RunLoopKit", path: "..", traits: ["SwiftNIO", "GLib"]),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
@@ -27,6 +29,19 @@ let package = Package(
                 .product(name: "RunLoopConcurrency", package: "RunLoopKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        // GLib through pkg-config, for glib-bench only.
+        .systemLibrary(name: "CGLibBench", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        // GLib idles dispatched by RunLoopGLib's bridge and by g_main_loop_run, one process each:
+        // the `glib` workload runs it (build it first: `swift build -c release --package-path
+        // Benchmarks --product glib-bench`).
+        .executableTarget(
+            name: "glib-bench",
+            dependencies: [
+                "CGLibBench",
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
             ]
         ),
         // One fresh process's first stall report: the `firstreport` workload runs it.

@@ -13,6 +13,7 @@ enum Impl: String, CaseIterable, Codable, Sendable {
         case .cf: "cf"
         case .nio: "nio"
         case .floor: "floor"
+        case .glib: "glib"
         }
     }
 
@@ -20,6 +21,8 @@ enum Impl: String, CaseIterable, Codable, Sendable {
     case cf = "CFRunLoop"
     case nio = "SwiftNIO"
     case floor = "C floor"
+    /// GLib's own main loop (`g_main_loop_run`), for RunLoopGLib's bridge.
+    case glib = "GLib main loop"
 }
 
 /// How good a bigger value is.
@@ -68,6 +71,7 @@ protocol Workload: Sendable {
     func runCF() -> Measurement
     func runNIO() -> Measurement
     func runFloor() -> Measurement
+    func runGLib() -> Measurement
     /// The targets, judged on the medians of this run.
     func targets(_ results: WorkloadResults) -> [TargetCheck]
     /// Extra lines under the table (derived figures, caveats).
@@ -78,6 +82,7 @@ extension Workload {
     var implementations: [Impl] { [.runLoopKit, .cf, .nio] }
     func runNIO() -> Measurement { fatalError("\(name) has no SwiftNIO equivalent") }
     func runFloor() -> Measurement { fatalError("\(name) has no floor") }
+    func runGLib() -> Measurement { fatalError("\(name) has no GLib main loop equivalent") }
     func notes(_ results: WorkloadResults) -> [String] { [] }
 
     func run(_ impl: Impl) -> Measurement {
@@ -86,6 +91,7 @@ extension Workload {
         case .cf: runCF()
         case .nio: runNIO()
         case .floor: runFloor()
+        case .glib: runGLib()
         }
     }
 }
