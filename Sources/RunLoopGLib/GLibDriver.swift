@@ -506,7 +506,8 @@ final class GLibDriver: @unchecked Sendable {
     }
 
     /// The loop's thread exits with the bridge attached: its teardown (on that thread) invalidated
-    /// the kick port. The context is released there, and the items let go (they hold the driver).
+    /// the kick source (its onCancel). The context is released there, and the items let go (they
+    /// hold the driver).
     private func loopLetGo() {
         guard !tornDown else { return }
         attached.store(false, ordering: .releasing)
