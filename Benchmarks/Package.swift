@@ -48,6 +48,19 @@ let package = Package(
                 .target(name: "CBenchGtk", condition: .when(traits: ["GTK"])),
             ]
         ),
+        // GLib through pkg-config, for glib-bench only.
+        .systemLibrary(name: "CGLibBench", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        // GLib idles dispatched by RunLoopGLib's bridge and by g_main_loop_run, one process each:
+        // the `glib` workload runs it (build it first: `swift build -c release --package-path
+        // Benchmarks --product glib-bench`).
+        .executableTarget(
+            name: "glib-bench",
+            dependencies: [
+                "CGLibBench",
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
+            ]
+        ),
         // One fresh process's first stall report: the `firstreport` workload runs it.
         .executableTarget(
             name: "firstreport-bench",
