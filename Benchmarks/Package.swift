@@ -37,6 +37,19 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
+        // GLib through pkg-config, for glib-bench only.
+        .systemLibrary(name: "CGLibBench", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        // GLib idles dispatched by RunLoopGLib's bridge and by g_main_loop_run, one process each:
+        // the `glib` workload runs it (build it first: `swift build -c release --package-path
+        // Benchmarks --product glib-bench`).
+        .executableTarget(
+            name: "glib-bench",
+            dependencies: [
+                "CGLibBench",
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
+            ]
+        ),
         // GTK 4 (trait GTK only) and libdispatch's main-queue port for a GLib-owned loop.
         .systemLibrary(name: "CBenchGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
         // One process per way of running a GTK window's main thread: the `gtk` workload runs it.

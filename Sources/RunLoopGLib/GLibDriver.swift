@@ -11,16 +11,19 @@ import Synchronization
 //   beforeWaiting observer   prepare, query (the descriptors and timeout of GLib's sources of the
 //                            best ready priority), the descriptors synced into the bridge's epoll
 //                            set, the timeout into the GLib timer; ready now (an idle, a timeout
-//                            due) -> a kick: the loop polls instead of sleeping
+//                            due) -> the kick source is signalled and the loop woken: it polls
+//                            instead of sleeping, and the next pass dispatches
 //   (the loop's wait)        the epoll set is one of the mode's descriptors: GLib's descriptors,
 //                            its wakeup eventfd among them, end the sleep; so does the timer
 //   epoll source (Source1)   check with each descriptor's readiness (g_poll, timeout 0), then
 //                            dispatch: GLib's ready sources of the best priority
-//   kick port (Source1)      check and dispatch when nothing of GLib's was readable (the kernel
-//                            was just asked: the epoll source would have come first)
-//   GLib timer               the kick, so the timeout's dispatch is the pass's source callout
+//   kick source (Source0)    check and dispatch with no descriptor ready (had one been, the epoll
+//                            source would have taken the iteration in the pass before: its wait
+//                            asked the kernel after the prepare), then prepare and query for the
+//                            next pass, signalling itself again while GLib has work ready
+//   GLib timer               signals the kick source
 //
-// One GLib iteration per pass and one callout per iteration (the epoll source or the kick port,
+// One GLib iteration per pass and one callout per iteration (the epoll source or the kick source,
 // both labelled "GLib dispatch"): a GLib idle that never finishes takes one callout per pass,
 // and the loop's own sources, timers and main queue keep their turn.
 //
@@ -45,6 +48,8 @@ import Synchronization
 /// by `invalidate` on that thread (from another thread it is performed there).
 ///
 /// `@unchecked Sendable` for those reasons: the items' handlers (`@Sendable` closures) capture it.
+/// Its stored properties skip Swift's dynamic exclusivity checks (a `begin_access` per use, on
+/// every pass): one thread uses them, and no access spans a callout that could nest another.
 final class GLibDriver: @unchecked Sendable {
     let loop: RunLoop
     let context: OpaquePointer
@@ -55,66 +60,68 @@ final class GLibDriver: @unchecked Sendable {
     /// Set until `invalidate` (any thread reads it).
     private let attached = Atomic<Bool>(true)
     /// The context is released and the items removed (loop thread).
-    private var tornDown = false
+    @exclusivity(unchecked) private var tornDown = false
     /// `invalidate` came while the bridge's own dispatch was in progress: the release waits for it.
-    private var releasePending = false
-    private var released = false
+    @exclusivity(unchecked) private var releasePending = false
+    @exclusivity(unchecked) private var released = false
 
     // MARK: GLib's descriptors
 
     /// The epoll descriptor that holds GLib's descriptors, watched by ``epollSource``.
-    private var epollFD: Int32 = -1
-    private var epollSource: FileDescriptorSource?
+    @exclusivity(unchecked) private var epollFD: Int32 = -1
+    @exclusivity(unchecked) private var epollSource: FileDescriptorSource?
     /// What ``epollFD`` holds: (descriptor, epoll events), by descriptor.
-    private var registered: [(fd: Int32, events: UInt32)] = []
+    @exclusivity(unchecked) private var registered: [(fd: Int32, events: UInt32)] = []
     /// The next ``registered``, built by `sync` (kept between syncs: a pass allocates nothing).
-    private var syncing: [(fd: Int32, events: UInt32)] = []
+    @exclusivity(unchecked) private var syncing: [(fd: Int32, events: UInt32)] = []
     /// Re-register every descriptor at the next sync: GLib's set of descriptors may have changed
     /// behind the same numbers (a source closed its descriptor and another reopened the number).
-    private var revalidate = false
+    @exclusivity(unchecked) private var revalidate = false
     /// Descriptors epoll refuses (a regular file, a closed number): poll() reports them ready at
     /// once, so the loop does not sleep while GLib watches one.
-    private var unwatchable: [Int32] = []
+    @exclusivity(unchecked) private var unwatchable: [Int32] = []
     /// Wakes of the epoll source in a row that found none of GLib's descriptors ready: a
     /// registration of a file GLib no longer watches (closed here, open elsewhere) is left in the
     /// set, and the set is made anew.
-    private var spuriousWakes = 0
+    @exclusivity(unchecked) private var spuriousWakes = 0
 
     // MARK: GLib's iteration
 
-    private var fds: UnsafeMutablePointer<GPollFD>
-    private var capacity: Int
-    private var count: Int32 = 0
-    private var maxPriority: Int32 = 0
+    @exclusivity(unchecked) private var fds: UnsafeMutablePointer<GPollFD>
+    @exclusivity(unchecked) private var capacity: Int
+    @exclusivity(unchecked) private var count: Int32 = 0
+    @exclusivity(unchecked) private var maxPriority: Int32 = 0
     /// Prepared and queried, not yet checked (``fds`` and ``maxPriority`` are this iteration's).
-    private(set) var prepared = false
+    @exclusivity(unchecked) private(set) var prepared = false
     /// The bridge's own prepare, query or check is in progress: the reverse source stays out.
-    private(set) var ownIteration = false
+    @exclusivity(unchecked) private(set) var ownIteration = false
     /// The bridge's own dispatches in progress (nested runs in GLib callbacks dispatch again).
-    private var dispatchDepth = 0
+    @exclusivity(unchecked) private var dispatchDepth = 0
     /// The loop's run depth at which the reverse source's pass runs (the bridge does not iterate
     /// GLib there); -1 when none runs.
-    var suspendedDepth = -1
+    @exclusivity(unchecked) var suspendedDepth = -1
 
     // MARK: The loop's items
 
-    private var observer: RunLoopObserver?
-    private var timer: RunLoopTimer?
+    @exclusivity(unchecked) private var observer: RunLoopObserver?
+    @exclusivity(unchecked) private var timer: RunLoopTimer?
     /// The GLib timer's fire date (loop nanoseconds), `Int64.max` while GLib has no timeout.
-    private var timerDeadline = Int64.max
-    private var kick: MessagePort<UInt8>?
-    private var kickPending = false
-    private var reverse: ReverseSource?
-    private var describer: RunLoop.InstrumentationToken?
+    @exclusivity(unchecked) private var timerDeadline = Int64.max
+    /// The timer is in the bridge's modes: only while GLib has a timeout (a mode with a timer looks
+    /// at the clock and its timers in every pass).
+    @exclusivity(unchecked) private var timerScheduled = false
+    @exclusivity(unchecked) private var kick: RunLoopSource?
+    @exclusivity(unchecked) private var reverse: ReverseSource?
+    @exclusivity(unchecked) private var describer: RunLoop.InstrumentationToken?
 
-    /// The label of the bridge's dispatch callouts (the epoll source and the kick port).
+    /// The label of the bridge's dispatch callouts (the epoll source and the kick source).
     static let calloutLabel = "GLib dispatch"
     /// Where the `beforeWaiting` observer sits among the mode's observers: after the others, so
     /// that GLib sources they add are prepared in the same pass (CoreFoundation's autorelease pool
     /// observers sit at the end the same way).
     static let observerOrder = Int.max / 2
-    /// The epoll source's order among the mode's version-1 sources, and the kick port's just
-    /// after it (the port relies on it: see `kicked`).
+    /// The epoll source's order among the mode's version-1 sources, and the kick source's among
+    /// its version-0 sources.
     static let sourceOrder = Int.max / 2
     private static let logger = Logger(label: "RunLoopGLib")
 
@@ -187,16 +194,18 @@ final class GLibDriver: @unchecked Sendable {
             timerFired()
         }
         timer.label = "GLib timeout"
-        let kick = MessagePort<UInt8>(order: Self.sourceOrder + 1) { [self] _ in kicked() }
+        // Cancelled by the bridge's own teardown, or by the loop's when its thread exits. Strong
+        // captures (a weak reference would put the driver's reference counts in a side table, the
+        // slow path on every pass): tearDown lets go of the items, which ends the cycle.
+        let kick = RunLoopSource(order: Self.sourceOrder, onCancel: { [self] _, _ in loopLetGo() }) { [self] in
+            kicked()
+        }
         kick.label = Self.calloutLabel
-        // Invalidated by the bridge's own teardown, or by the loop's when its thread exits.
-        kick.onInvalidate = { [weak self] in self?.loopLetGo() }
         self.observer = observer
         self.timer = timer
         self.kick = kick
         for mode in modes {
             loop.add(observer, forMode: mode)
-            loop.add(timer, forMode: mode)
             loop.add(kick, forMode: mode)
             if let epollSource { loop.add(epollSource, forMode: mode) }
         }
@@ -234,11 +243,9 @@ final class GLibDriver: @unchecked Sendable {
         guard drives else { return }
         reverse?.deactivate()
         if let epollSource, epollSource.watchedEvents != .readable { epollSource.watchedEvents = .readable }
-        let (ready, timeout) = prepareAndQuery()
-        if ready || timeout == 0 || !unwatchable.isEmpty {
-            kickNow()
-        } else {
-            setTimer(timeoutMs: timeout)
+        if prepareForNextPass() {
+            // The loop's own thread, awake: no system call, and the wait only polls.
+            loop.wakeUp()
         }
     }
 
@@ -249,41 +256,59 @@ final class GLibDriver: @unchecked Sendable {
         iterate(pollDescriptors: true)
     }
 
-    /// Prepare found work, or GLib's timeout expired: check and dispatch, unless the epoll source
-    /// did this pass's iteration already (it comes first, by order), or no prepare was made in it.
+    /// GLib had work ready when it was last prepared, or its timeout expired: check and dispatch,
+    /// then prepare the next pass's iteration (a GLib idle that always continues is dispatched
+    /// once per pass, and the pass after polls instead of sleeping).
     private func kicked() {
-        kickPending = false
-        guard drives, prepared else { return }
-        // The loop asked the kernel before this phase; had any of GLib's descriptors been ready,
-        // the epoll source would have run first and taken the iteration. So nothing is ready,
-        // except descriptors epoll cannot watch, which only poll() can tell about.
+        guard drives else { return }
+        // The last wait asked the kernel after the last prepare (if the epoll source took that
+        // prepare, this iteration prepares anew): had any of GLib's descriptors been ready, the
+        // epoll source would have run. Descriptors epoll cannot watch only poll() can tell about.
         iterate(pollDescriptors: !unwatchable.isEmpty)
+        guard drives else { return }
+        _ = prepareForNextPass()
     }
 
     private func timerFired() {
         guard drives else { return }
         timerDeadline = Int64.max
-        kickNow()
+        kick?.signal()
     }
 
-    private func kickNow() {
-        guard !kickPending, let kick else { return }
-        kickPending = true
-        do { try kick.send(0) } catch { kickPending = false }
+    /// Prepare, query and sync; GLib's timeout into the timer, or, with a source ready, the kick
+    /// source signalled. Returns whether it was.
+    private func prepareForNextPass() -> Bool {
+        let (ready, timeout) = prepareAndQuery()
+        if ready || timeout == 0 || !unwatchable.isEmpty {
+            kick?.signal()
+            return true
+        }
+        setTimer(timeoutMs: timeout)
+        return false
     }
 
     private func setTimer(timeoutMs: Int32) {
         guard let timer else { return }
-        let deadline = timeoutMs < 0 ? Int64.max : RunLoop.clockNanoseconds &+ Int64(timeoutMs) * 1_000_000
+        guard timeoutMs >= 0 else {
+            // No timeout: the timer leaves the modes (nothing for the loop to look at per pass).
+            if timerScheduled {
+                timerScheduled = false
+                timerDeadline = Int64.max
+                for mode in modes { loop.remove(timer, forMode: mode) }
+            }
+            return
+        }
+        let deadline = RunLoop.clockNanoseconds &+ Int64(timeoutMs) * 1_000_000
         // GLib rounds its timeout up to a millisecond, measured from its own prepare: within one,
         // the date set already stands (a later one by less than a millisecond is late by less
         // than GLib's own rounding).
-        if timerDeadline != Int64.max, deadline != Int64.max, timerDeadline >= deadline, timerDeadline - deadline < 1_000_000 {
-            return
-        }
-        guard deadline != timerDeadline else { return }
+        if timerScheduled, timerDeadline >= deadline, timerDeadline - deadline < 1_000_000 { return }
         timerDeadline = deadline
-        timer.fireDate = deadline == Int64.max ? RunLoop.distantFuture : RunLoop.instant(ofNanoseconds: deadline)
+        timer.fireDate = RunLoop.instant(ofNanoseconds: deadline)
+        if !timerScheduled {
+            timerScheduled = true
+            for mode in modes { loop.add(timer, forMode: mode) }
+        }
     }
 
     // MARK: GLib's iteration
@@ -348,6 +373,7 @@ final class GLibDriver: @unchecked Sendable {
     /// descriptor; GLib merges a descriptor's entries into one).
     private func sync() {
         let ownLoopDescriptor = reverse?.pollDescriptor ?? -1
+        if !revalidate && unwatchable.isEmpty && isRegistered(ownLoopDescriptor) { return }
         var next = syncing
         syncing = []
         next.removeAll(keepingCapacity: true)
@@ -384,6 +410,22 @@ final class GLibDriver: @unchecked Sendable {
         syncing = registered
         registered = next
         revalidate = false
+    }
+
+    /// Whether the last query's descriptors are those registered, with the same events (the
+    /// usual case: nothing to do, and nothing allocated).
+    private func isRegistered(_ ownLoopDescriptor: Int32) -> Bool {
+        var next = 0
+        for index in 0..<Int(count) {
+            let entry = fds[index]
+            let events = Self.epollEvents(entry.events)
+            guard entry.fd >= 0, events != 0, entry.fd != ownLoopDescriptor else { continue }
+            guard next < registered.count, registered[next].fd == entry.fd, registered[next].events == events else {
+                return false
+            }
+            next += 1
+        }
+        return next == registered.count
     }
 
     /// Registers (or re-registers) `fd`; false when epoll refuses it (then it is unwatchable, or
@@ -464,7 +506,8 @@ final class GLibDriver: @unchecked Sendable {
     }
 
     /// The loop's thread exits with the bridge attached: its teardown (on that thread) invalidated
-    /// the kick port. The context is released there, and the items let go (they hold the driver).
+    /// the kick source (its onCancel). The context is released there, and the items let go (they
+    /// hold the driver).
     private func loopLetGo() {
         guard !tornDown else { return }
         attached.store(false, ordering: .releasing)

@@ -31,11 +31,11 @@ final class ReverseSource {
     let source: UnsafeMutablePointer<GSource>
     /// The poll record, inside the source's own memory (GLib keeps a pointer to it).
     private let pollFD: UnsafeMutablePointer<GPollFD>
-    private var pollAdded = false
+    @exclusivity(unchecked) private var pollAdded = false
     /// A foreign wait is in progress (begun in prepare, ended in check, dispatch or the next
     /// prepare, or by the bridge's own next iteration).
-    private var waiting = false
-    private var deadline: ContinuousClock.Instant?
+    @exclusivity(unchecked) private var waiting = false
+    @exclusivity(unchecked) private var deadline: ContinuousClock.Instant?
 
     /// GSource, then this object's address, then the poll record.
     private static let slotOffset = (MemoryLayout<GSource>.size + 7) & ~7
@@ -48,8 +48,12 @@ final class ReverseSource {
         let funcs = UnsafeMutablePointer<GSourceFuncs>.allocate(capacity: 1)
         funcs.initialize(
             to: GSourceFuncs(
-                prepare: { source, timeout in ReverseSource.of(source)?.prepare(timeout) ?? 0 },
-                check: { source in ReverseSource.of(source)?.check() ?? 0 },
+                // Prepare and check run in every GLib iteration, the bridge's own included: no
+                // reference counting (the driver destroys the source before the object goes).
+                prepare: { source, timeout in
+                    ReverseSource.unretained(source)?._withUnsafeGuaranteedRef { $0.prepare(timeout) } ?? 0
+                },
+                check: { source in ReverseSource.unretained(source)?._withUnsafeGuaranteedRef { $0.check() } ?? 0 },
                 dispatch: { source, _, _ in ReverseSource.of(source)?.dispatch() ?? 1 },
                 finalize: nil, closure_callback: nil, closure_marshal: nil))
         return funcs
@@ -57,9 +61,13 @@ final class ReverseSource {
 
     /// The object a GSource of this kind belongs to; nil once destroyed.
     private static func of(_ source: UnsafeMutablePointer<GSource>?) -> ReverseSource? {
+        unretained(source)?.takeUnretainedValue()
+    }
+
+    private static func unretained(_ source: UnsafeMutablePointer<GSource>?) -> Unmanaged<ReverseSource>? {
         guard let source else { return nil }
         let slot = (UnsafeMutableRawPointer(source) + slotOffset).assumingMemoryBound(to: UnsafeMutableRawPointer?.self)
-        return slot.pointee.map { Unmanaged<ReverseSource>.fromOpaque($0).takeUnretainedValue() }
+        return slot.pointee.map { Unmanaged<ReverseSource>.fromOpaque($0) }
     }
 
     init(driver: GLibDriver) {

@@ -34,6 +34,7 @@ func workloads(full: Bool) -> [any Workload] {
         TicksWorkload(),
         ClockDeterminismWorkload(),
         NIOTickWorkload(),
+        GLibWorkload(),
         GTKWorkload(),
     ]
 }

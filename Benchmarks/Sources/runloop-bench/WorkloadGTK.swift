@@ -1,6 +1,6 @@
 import Foundation
 
-/// 28. A GTK 4 window's main thread: RunLoopKit driving GTK through RunLoopGLib's `GLibBridge`,
+/// 29. A GTK 4 window's main thread: RunLoopKit driving GTK through RunLoopGLib's `GLibBridge`,
 /// against GLib owning the thread (`g_main_loop_run`) with the main queue served by a 50 ms
 /// tickler (swift-cross-ui's way) or by a GSource on the main queue's eventfd. Each repetition is a
 /// process of its own (`gtk-bench`, built beside this program with `--traits GTK`) on an Xvfb

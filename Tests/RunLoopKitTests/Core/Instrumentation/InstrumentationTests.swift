@@ -153,4 +153,69 @@ import Testing
         }
         #expect(allocations == 0)
     }
+
+    /// A callout describer (`describeCallouts(labelled:_:)`) answers for callouts of its label
+    /// only, while the loop is still in the callout that was snapshotted, and not after its token
+    /// is cancelled; the loop never calls it.
+    @Test func calloutDescribersAnswerForTheirLabelWhileInTheCallout() async throws {
+        let inHandler = OneShot<RunLoop>()
+        let letGo = OneShot<Bool>()
+        let described = Atomic<Int>(0)
+        let thread = TestThread(name: "seam-describe") {
+            let loop = RunLoop.current
+            let token = loop.describeCallouts(labelled: "foreign dispatch") {
+                described.add(1, ordering: .relaxed)
+                return "foreign item 7"
+            }
+            let timer = RunLoopTimer(after: .zero) { _ in
+                inHandler.set(loop)
+                _ = letGo.wait()
+            }
+            timer.label = "foreign dispatch"
+            loop.add(timer, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(200))
+            withExtendedLifetime(token) {}
+        }
+        let loop = inHandler.wait()
+        let inCallout = loop.calloutSnapshot
+        #expect(inCallout.label == "foreign dispatch")
+        #expect(loop.calloutDetail(of: inCallout) == "foreign item 7")
+        letGo.set(true)
+        #expect(thread.join(timeout: .seconds(10)))
+        // The loop has left that callout: the snapshot's detail is not given any more.
+        #expect(loop.calloutDetail(of: inCallout) == nil)
+        #expect(described.load(ordering: .relaxed) >= 1)
+    }
+
+    /// Without a describer for its label, a callout has no detail, and a cancelled describer is
+    /// not asked.
+    @Test func calloutDetailWithoutADescriber() async throws {
+        let result = await TestThreads.run(name: "seam-nodetail") { () -> (String?, String?, Int) in
+            let loop = RunLoop.current
+            let asked = Atomic<Int>(0)
+            let token = loop.describeCallouts(labelled: "labelled") {
+                asked.add(1, ordering: .relaxed)
+                return "detail"
+            }
+            let seen = Mutex<(String?, String?)>((nil, nil))
+            let unlabelled = RunLoopTimer(after: .zero) { _ in
+                seen.locked { $0.0 = loop.calloutDetail(of: loop.calloutSnapshot) }
+            }
+            loop.add(unlabelled, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(20))
+            token.cancel()
+            let labelled = RunLoopTimer(after: .zero) { _ in
+                seen.locked { $0.1 = loop.calloutDetail(of: loop.calloutSnapshot) }
+            }
+            labelled.label = "labelled"
+            loop.add(labelled, forMode: .default)
+            loop.run(mode: .default, for: .milliseconds(20))
+            let (first, second) = seen.locked { $0 }
+            return (first, second, asked.load(ordering: .relaxed))
+        }
+        let (unlabelled, cancelled, asked) = try #require(result)
+        #expect(unlabelled == nil)
+        #expect(cancelled == nil)
+        #expect(asked == 0)
+    }
 }

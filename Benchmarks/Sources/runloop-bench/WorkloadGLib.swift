@@ -1,0 +1,54 @@
+import Foundation
+
+/// 28. RunLoopGLib: GLib idle dispatches per second with RunLoop.main driving GLib's default
+/// context (GLibBridge) against the same idle under GLib's own `g_main_loop_run`. Each is its own
+/// process (`glib-bench`, built beside this program: `swift build -c release --package-path
+/// Benchmarks --product glib-bench`), so that only that target needs glib-2.0's development files.
+struct GLibWorkload: Workload {
+    var name: String { "glib" }
+    var title: String { "RunLoopGLib: GLib idle dispatches" }
+    var summary: String {
+        "One G_PRIORITY_DEFAULT GLib idle that always continues, dispatched for 1 s: RunLoopKit column, a loop drives the context through GLibBridge (one GLib iteration per pass, a version-0 callout: check, dispatch, then prepare/query for the next pass); GLib column, g_main_loop_run on the same context. On the main thread (RunLoop.main, GLib's default context) and on a thread of its own (its loop, a context of its own). One glib-bench process per figure, repetition and implementation. Dispatches per second."
+    }
+    var metrics: [Metric] {
+        [
+            Metric("dispatches_per_s", "idle dispatches/s, main thread", .perSecond, .higherIsBetter),
+            Metric("dispatches_per_s_thread", "idle dispatches/s, a thread of its own", .perSecond, .higherIsBetter),
+        ]
+    }
+    var implementations: [Impl] { [.runLoopKit, .glib] }
+
+    private func child(_ mode: String) -> Measurement {
+        let exe = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        let path = exe.deletingLastPathComponent().appendingPathComponent("glib-bench")
+        guard FileManager.default.isExecutableFile(atPath: path.path) else {
+            fatalError("glib: \(path.path) is missing; build it first: swift build -c release --package-path Benchmarks --product glib-bench")
+        }
+        let process = Process()
+        process.executableURL = path
+        process.arguments = [mode]
+        let out = Pipe()
+        process.standardOutput = out
+        do { try process.run() } catch { fatalError("glib: cannot run glib-bench: \(error)") }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { fatalError("glib-bench \(mode) exited with \(process.terminationStatus)") }
+        var measurement: Measurement = [:]
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1)
+            if parts.count == 2, let value = Double(parts[1]) { measurement[String(parts[0])] = value }
+        }
+        return measurement
+    }
+
+    func runRunLoopKit() -> Measurement { child("bridge").merging(child("bridge-thread")) { $1 } }
+    func runCF() -> Measurement { fatalError("glib has no CFRunLoop equivalent") }
+    func runGLib() -> Measurement { child("plain").merging(child("plain-thread")) { $1 } }
+
+    func targets(_ r: WorkloadResults) -> [TargetCheck] {
+        [
+            .ratio("RunLoop.main's bridge ≥ 0.8× g_main_loop_run", r.advantage("dispatches_per_s", over: .glib), atLeast: 0.8),
+            .ratio("a loop thread's bridge ≥ 0.8× g_main_loop_run", r.advantage("dispatches_per_s_thread", over: .glib), atLeast: 0.8),
+        ]
+    }
+}
