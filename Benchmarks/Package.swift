@@ -37,17 +37,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
-        // GTK 4 (trait GTK only) and libdispatch's main-queue port for a GLib-owned loop.
-        .systemLibrary(name: "CBenchGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
-        // One process per way of running a GTK window's main thread: the `gtk` workload runs it.
-        .executableTarget(
-            name: "gtk-bench",
-            dependencies: [
-                .product(name: "RunLoopKit", package: "RunLoopKit"),
-                .product(name: "RunLoopGLib", package: "RunLoopKit"),
-                .target(name: "CBenchGtk", condition: .when(traits: ["GTK"])),
-            ]
-        ),
         // GLib through pkg-config, for glib-bench only.
         .systemLibrary(name: "CGLibBench", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
         // GLib idles dispatched by RunLoopGLib's bridge and by g_main_loop_run, one process each:
@@ -59,6 +48,17 @@ let package = Package(
                 "CGLibBench",
                 .product(name: "RunLoopKit", package: "RunLoopKit"),
                 .product(name: "RunLoopGLib", package: "RunLoopKit"),
+            ]
+        ),
+        // GTK 4 (trait GTK only) and libdispatch's main-queue port for a GLib-owned loop.
+        .systemLibrary(name: "CBenchGtk", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
+        // One process per way of running a GTK window's main thread: the `gtk` workload runs it.
+        .executableTarget(
+            name: "gtk-bench",
+            dependencies: [
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+                .product(name: "RunLoopGLib", package: "RunLoopKit"),
+                .target(name: "CBenchGtk", condition: .when(traits: ["GTK"])),
             ]
         ),
         // One fresh process's first stall report: the `firstreport` workload runs it.

@@ -54,11 +54,14 @@ struct GTKProbeTests {
         let run = try ProbeRun(["mainqueue"] + (executor ? ["--executor"] : []))
         #expect(run.int("async_count") == 20, "\(run.output)")
         #expect(run.int("actor_count") == 20, "\(run.output)")
-        // Unloaded: p50 0.1–0.3 ms. A tickler's p50 would be about 25 ms.
+        // Unloaded: p50 0.2–0.4 ms, the worst of 20 under 1 ms (under ThreadSanitizer 0.5–0.8 and
+        // 4 ms); a 50 ms tickler's p50 is about 25 ms. The maximum's bound only catches a lost
+        // wakeup (a post served by some later, unrelated event): a loaded CI machine can keep a
+        // thread off the CPU for tens of milliseconds.
         #expect(run.double("async_p50_ms") < 10, "\(run.output)")
         #expect(run.double("actor_p50_ms") < 10, "\(run.output)")
-        #expect(run.double("async_max_ms") < 100, "\(run.output)")
-        #expect(run.double("actor_max_ms") < 100, "\(run.output)")
+        #expect(run.double("async_max_ms") < 250, "\(run.output)")
+        #expect(run.double("actor_max_ms") < 250, "\(run.output)")
         #expect(run.values["chain_run"] == "stopped", "\(run.output)")
         #expect(run.int("chain_steps") == 100, "\(run.output)")
         // 100 steps in one run; unloaded a few ms. The tickler: 100 × 50 ms.

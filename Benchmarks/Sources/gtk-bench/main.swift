@@ -5,9 +5,10 @@
 //             "main run loop tickler", PR #141)
 //   glibloop  g_main_loop_run, the main queue served by a GSource on its eventfd
 //             (_dispatch_get_main_queue_handle_4CF / _dispatch_main_queue_callback_4CF)
+//   loopalone RunLoop.main without the bridge (GTK not driven): RunLoopKit's own figure
 //
 // It measures (1) the latency of DispatchQueue.main.async blocks posted by a worker thread, one
-// at a time, 2 to 8 ms apart (random: no phase lock with the tickler's 50 ms), p50 and p99; and
+// at a time, 1 to 60 ms apart (random: no phase lock with the tickler's 50 ms), p50 and p99; and
 // (2) the main thread's wakeups per second with the window presented and idle: its voluntary
 // context switches (each sleep that ended) over 2 s, from /proc/thread-self/status. It prints
 // `key=value` lines for the `gtk` workload of runloop-bench.
@@ -29,7 +30,9 @@ func fail(_ why: String) -> Never {
 }
 
 let mode = CommandLine.arguments.dropFirst().first ?? ""
-guard ["bridge", "tickler", "glibloop"].contains(mode) else { fail("usage: gtk-bench bridge|tickler|glibloop") }
+guard ["bridge", "tickler", "glibloop", "loopalone"].contains(mode) else {
+    fail("usage: gtk-bench bridge|tickler|glibloop|loopalone")
+}
 alarm(120)
 
 // MARK: Xvfb (-displayfd picks a free display; -terminate ends it with its last client)
@@ -43,8 +46,9 @@ posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
 posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
 let xvfbArguments = ["Xvfb", "-displayfd", "3", "-screen", "0", "640x480x24", "-nolisten", "tcp", "-terminate"]
 let argv: [UnsafeMutablePointer<CChar>?] = xvfbArguments.map { strdup($0) } + [nil]
-var xvfb: pid_t = 0
-guard posix_spawnp(&xvfb, "Xvfb", &actions, nil, argv, environ) == 0 else { fail("cannot start Xvfb (apt-get install xvfb)") }
+var spawned: pid_t = 0
+guard posix_spawnp(&spawned, "Xvfb", &actions, nil, argv, environ) == 0 else { fail("cannot start Xvfb (apt-get install xvfb)") }
+let xvfb = spawned
 close(ends[1])
 var displayNumber = ""
 var byte: UInt8 = 0
@@ -56,10 +60,10 @@ while !displayNumber.hasSuffix("\n") {
     }
     displayNumber.append(Character(UnicodeScalar(byte)))
 }
-func stopXvfb() {
-    kill(xvfb, SIGTERM)
+func stopXvfb(_ pid: pid_t) {
+    kill(pid, SIGTERM)
     var status: Int32 = 0
-    waitpid(xvfb, &status, 0)
+    waitpid(pid, &status, 0)
 }
 setenv("DISPLAY", ":" + displayNumber.trimmingCharacters(in: .whitespacesAndNewlines), 1)
 setenv("GDK_BACKEND", "x11", 1)
@@ -67,7 +71,7 @@ setenv("GSK_RENDERER", "cairo", 1)
 setenv("NO_AT_BRIDGE", "1", 1)
 setenv("GTK_A11Y", "none", 1)
 guard gtk_init_check() != 0 else {
-    stopXvfb()
+    stopXvfb(xvfb)
     fail("gtk_init_check failed")
 }
 
@@ -79,29 +83,39 @@ gtk_window_set_default_size(cbg_window(window), 320, 200)
 gtk_window_set_child(cbg_window(window), gtk_label_new("gtk-bench: an idle window"))
 gtk_window_present(cbg_window(window))
 
-let glibLoop = g_main_loop_new(nil, 0)!
-/// Runs the main thread's loop for `seconds` (or until `stop()`).
-func runLoop(seconds: Double) {
+/// GLib's main loop object. `@unchecked Sendable`: `g_main_loop_quit` may be called from any
+/// thread (GLib documents GMainLoop as thread-safe), and the worker only asks the main queue to
+/// call it on the main thread anyway.
+struct GLibLoop: @unchecked Sendable {
+    let loop: OpaquePointer
+}
+let glibLoop = GLibLoop(loop: g_main_loop_new(nil, 0)!)
+/// Runs the main thread's loop for `seconds` (or until `stopLoop`).
+func runLoop(seconds: Double, _ glibLoop: GLibLoop) {
     switch mode {
-    case "bridge":
+    case "bridge", "loopalone":
         RunLoop.main.run(mode: .default, for: .seconds(seconds))
     default:
         let timeout = g_timeout_add(UInt32(seconds * 1000), { loop in
             g_main_loop_quit(OpaquePointer(loop))
             return 0
-        }, UnsafeMutableRawPointer(glibLoop))
-        g_main_loop_run(glibLoop)
+        }, UnsafeMutableRawPointer(glibLoop.loop))
+        g_main_loop_run(glibLoop.loop)
         _ = timeout
     }
 }
-func stopLoop() {
-    if mode == "bridge" { RunLoop.main.stop() } else { g_main_loop_quit(glibLoop) }
+@Sendable func stopLoop(_ glibLoop: GLibLoop) {
+    if mode == "bridge" || mode == "loopalone" { RunLoop.main.stop() } else { g_main_loop_quit(glibLoop.loop) }
 }
 
 var bridge: GLibBridge?
 switch mode {
 case "bridge":
     do { bridge = try GLibBridge.attach(to: .main) } catch { fail("GLibBridge.attach: \(error)") }
+case "loopalone":
+    // RunLoop.main with no bridge: GTK is not driven (the window is never drawn); the main
+    // queue's latency on RunLoopKit alone, for comparison.
+    break
 case "tickler":
     // swift-cross-ui's tickler: every 50 ms the main queue gets a chance to drain.
     g_timeout_add(50, { _ in
@@ -123,9 +137,9 @@ default:
 }
 
 // Settle: the window mapped and drawn.
-runLoop(seconds: 0.5)
+runLoop(seconds: 0.5, glibLoop)
 
-func now() -> UInt64 {
+@Sendable func now() -> UInt64 {
     var time = timespec()
     clock_gettime(CLOCK_MONOTONIC, &time)
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
@@ -133,12 +147,14 @@ func now() -> UInt64 {
 
 // MARK: (1) main-queue latency
 
-let samples = mode == "tickler" ? 100 : 300
+// 1 to 60 ms apart, at random: the posts land at any phase of the tickler's 50 ms period (a
+// worker that posts right after each block ran would be clocked by it).
+let samples = 100
 let latencies = Mutex<[Double]>([])
 let worker = Thread {
     var generator = SystemRandomNumberGenerator()
     for _ in 0..<samples {
-        usleep(UInt32.random(in: 2_000...8_000, using: &generator))
+        usleep(UInt32.random(in: 1_000...60_000, using: &generator))
         let ran = DispatchSemaphore(value: 0)
         let sent = now()
         DispatchQueue.main.async {
@@ -148,10 +164,10 @@ let worker = Thread {
         }
         ran.wait()
     }
-    DispatchQueue.main.async { stopLoop() }
+    DispatchQueue.main.async { stopLoop(glibLoop) }
 }
 worker.start()
-runLoop(seconds: 60)
+runLoop(seconds: 60, glibLoop)
 let sorted = latencies.withLock { $0 }.sorted()
 guard sorted.count == samples else { fail("only \(sorted.count) of \(samples) blocks ran") }
 print("latency_p50_us=\(sorted[sorted.count / 2])")
@@ -164,16 +180,16 @@ func voluntarySwitches() -> Int {
     let line = status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches") }
     return Int(line?.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? -1
 }
-runLoop(seconds: 0.5)
+runLoop(seconds: 0.5, glibLoop)
 let before = voluntarySwitches()
 let idleStart = now()
-runLoop(seconds: 2)
+runLoop(seconds: 2, glibLoop)
 let idleSeconds = Double(now() - idleStart) / 1e9
 print("idle_wakeups_per_s=\(Double(voluntarySwitches() - before) / idleSeconds)")
 
 bridge?.invalidate()
 gtk_window_destroy(cbg_window(window))
-stopXvfb()
+stopXvfb(xvfb)
 #else
 print("skip=gtk-bench was built without the trait GTK (swift build --package-path Benchmarks --traits GTK)")
 #endif

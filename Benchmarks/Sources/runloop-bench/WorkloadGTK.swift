@@ -1,6 +1,6 @@
 import Foundation
 
-/// 28. A GTK 4 window's main thread: RunLoopKit driving GTK through RunLoopGLib's `GLibBridge`,
+/// 29. A GTK 4 window's main thread: RunLoopKit driving GTK through RunLoopGLib's `GLibBridge`,
 /// against GLib owning the thread (`g_main_loop_run`) with the main queue served by a 50 ms
 /// tickler (swift-cross-ui's way) or by a GSource on the main queue's eventfd. Each repetition is a
 /// process of its own (`gtk-bench`, built beside this program with `--traits GTK`) on an Xvfb
@@ -9,7 +9,7 @@ struct GTKWorkload: Workload {
     var name: String { "gtk" }
     var title: String { "A GTK 4 window: the main queue's latency and idle wakeups" }
     var summary: String {
-        "A GTK 4 window under Xvfb (GSK_RENDERER=cairo). A worker posts DispatchQueue.main.async blocks one at a time, 2–8 ms apart (random), 300 of them (100 with the tickler): latency from post to run, p50/p99. Then the window idles for 2 s: the main thread's voluntary context switches per second (each a sleep that ended). RunLoopKit: RunLoop.main with GLibBridge attached (gtk-bench bridge). GLib + tickler: g_main_loop_run, the main queue drained by a 50 ms g_timeout (gtk-bench tickler). GLib main loop: g_main_loop_run, the main queue served by a GSource on _dispatch_get_main_queue_handle_4CF (gtk-bench glibloop). Needs `--traits GTK` and Xvfb."
+        "A GTK 4 window under Xvfb (GSK_RENDERER=cairo). A worker posts 100 DispatchQueue.main.async blocks one at a time, 1–60 ms apart (random: any phase of the tickler's 50 ms): latency from post to run, p50/p99. Then the window idles for 2 s: the main thread's voluntary context switches per second (each a sleep that ended). RunLoopKit: RunLoop.main with GLibBridge attached (gtk-bench bridge). GLib + tickler: g_main_loop_run, the main queue drained by a 50 ms g_timeout (gtk-bench tickler). GLib main loop: g_main_loop_run, the main queue served by a GSource on _dispatch_get_main_queue_handle_4CF (gtk-bench glibloop). Needs `--traits GTK` and Xvfb."
     }
     var metrics: [Metric] {
         [
