@@ -295,7 +295,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "NIOPosix", package: "swift-nio", condition: .when(traits: ["SwiftNIO"])),
                 .product(name: "Prometheus", package: "swift-prometheus", condition: .when(traits: ["SwiftNIO"])),
-            ]
+            ],
+            // The lab guide: the experiments, their seeds and their outputs.
+            exclude: ["README.md"]
         ),
         // Test-only: stalls in a process of their own (a stall killed mid-way for the report store;
         // the monitor in a release build, where frame pointers are omitted; misuse that must stop

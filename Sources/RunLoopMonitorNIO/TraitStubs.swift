@@ -13,7 +13,7 @@ public import RunLoopMonitor
 /// Needs the package trait `SwiftNIO` (unavailable without it).
 @available(
     *, unavailable,
-    message: "RunLoopMonitorNIO needs the package trait SwiftNIO: .package(url: \"https://github.com/example/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
+    message: "RunLoopMonitorNIO needs the package trait SwiftNIO: .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
 )
 public final class NIOEventLoopTicks: Sendable {
     /// Needs the package trait `SwiftNIO`.
@@ -23,7 +23,7 @@ public final class NIOEventLoopTicks: Sendable {
 /// Needs the package trait `SwiftNIO` (unavailable without it).
 @available(
     *, unavailable,
-    message: "RunLoopMonitorNIO needs the package trait SwiftNIO: .package(url: \"https://github.com/example/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
+    message: "RunLoopMonitorNIO needs the package trait SwiftNIO: .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
 )
 public final class NIOEventLoopStallSource: Sendable {}
 
@@ -32,7 +32,7 @@ extension StallMonitor {
     /// (unavailable without it).
     @available(
         *, unavailable,
-        message: "watching a SwiftNIO event loop needs RunLoopMonitorNIO built with the package trait SwiftNIO: .package(url: \"https://github.com/example/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
+        message: "watching a SwiftNIO event loop needs RunLoopMonitorNIO built with the package trait SwiftNIO: .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"SwiftNIO\"])"
     )
     @discardableResult
     public func watch<EventLoops>(_ loops: EventLoops, ticks: NIOEventLoopTicks? = nil, heartbeat: Duration = .milliseconds(100)) -> [any StallSource] {

@@ -78,7 +78,7 @@ public import RunLoopMonitor
 /// Needs the package trait `ServiceLifecycle` (unavailable without it).
 @available(
     *, unavailable,
-    message: "RunLoopMonitorService needs the package trait ServiceLifecycle: .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"1.0.0\", traits: [\"ServiceLifecycle\"])"
+    message: "RunLoopMonitorService needs the package trait ServiceLifecycle: .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"ServiceLifecycle\"])"
 )
 public struct StallMonitorService: Sendable {
     /// Needs the package trait `ServiceLifecycle`.

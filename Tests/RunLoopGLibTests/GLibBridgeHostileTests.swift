@@ -52,6 +52,66 @@ import Testing
         #expect(Array(GLibLog.warnings.dropFirst(warningsBefore)).isEmpty)
     }
 
+    /// `invalidate()` from another thread while the loop runs: the bridge stops driving GLib at
+    /// once, and the context is released on the loop's thread at its next pass.
+    @Test func invalidateFromAnotherThread() async {
+        let result = await TestThreads.run(name: "glib-remote") { () -> [String] in
+            var failures: [String] = []
+            let context = g_main_context_new()!
+            defer { g_main_context_unref(context) }
+            let loop = RunLoop.current
+            guard let bridge = try? GLibBridge.attach(to: loop, context: context) else { return ["attach failed"] }
+            let fires = Atomic<Int>(0)
+            addTimeout(10, to: context) {
+                fires.add(1, ordering: .relaxed)
+                return true
+            }
+            let keepAlive = RunLoopTimer(after: .seconds(100)) { _ in }
+            loop.add(keepAlive, forMode: .default)
+            let remote = TestThread(name: "glib-invalidator") {
+                usleep(50_000)
+                bridge.invalidate()
+            }
+            loop.run(mode: .default, for: .milliseconds(200))
+            _ = remote.join(timeout: .seconds(5))
+            keepAlive.invalidate()
+            if bridge.isAttached { failures.append("still attached") }
+            if g_main_context_is_owner(context) != 0 { failures.append("the context was not released") }
+            let count = fires.load(ordering: .relaxed)
+            if count < 2 || count > 8 { failures.append("fires before the invalidate: \(count)") }
+            return failures
+        }
+        #expect(result == [])
+    }
+
+    /// GLib's own iteration on the loop's thread while the loop is not running (the bridge holds
+    /// the context; GLib's acquire is recursive): it dispatches, and the reverse source stays out
+    /// (there is no run for it to serve).
+    @Test func glibIterationWhileTheLoopIsNotRunning() async {
+        let warningsBefore = GLibLog.warnings.count
+        let result = await withBridgedLoop { loop, context, _ in
+            let ran = Atomic<Int>(0)
+            addIdle(context, priority: G_PRIORITY_DEFAULT) {
+                ran.add(1, ordering: .relaxed)
+                return false
+            }
+            let dispatched = g_main_context_iteration(context, 0) != 0
+            // And the loop drives it again afterwards.
+            let fired = Atomic<Bool>(false)
+            addTimeout(10, to: context) {
+                fired.store(true, ordering: .relaxed)
+                RunLoop.current.stop()
+                return false
+            }
+            loop.run(mode: .default, for: .seconds(5))
+            return (dispatched, ran.load(ordering: .relaxed), fired.load(ordering: .relaxed))
+        }
+        guard let (dispatched, ran, fired) = result else { return }
+        #expect(dispatched && ran == 1)
+        #expect(fired)
+        #expect(Array(GLibLog.warnings.dropFirst(warningsBefore)).isEmpty)
+    }
+
     /// A callback that removes its own source (and one that destroys the source it runs in,
     /// returning "continue") runs once; GLib logs nothing.
     @Test func callbackRemovesItsOwnSource() async {

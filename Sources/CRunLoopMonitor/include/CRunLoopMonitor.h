@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <sys/types.h>
+#include <sys/syscall.h>
 
 /// Most return addresses one capture keeps.
 #define CRLM_MAX_FRAMES 128
@@ -191,5 +192,30 @@ bool crlm_unwind_cfi_supported(void);
 /// Whether the kernel lets this process read its own memory with process_vm_readv (a seccomp
 /// filter may forbid it): the CFI walk of a thread without registered bounds needs it.
 bool crlm_safe_reads_available(void);
+
+/// The numbers of the system calls an idle epoll-based event loop waits in, from this
+/// architecture's <sys/syscall.h> (Swift does not import it): epoll_wait, epoll_pwait and
+/// epoll_pwait2; -1 for one the architecture (or these headers) lacks.
+static inline long crlm_sys_epoll_wait(void) {
+#ifdef SYS_epoll_wait
+    return SYS_epoll_wait;
+#else
+    return -1;
+#endif
+}
+static inline long crlm_sys_epoll_pwait(void) {
+#ifdef SYS_epoll_pwait
+    return SYS_epoll_pwait;
+#else
+    return -1;
+#endif
+}
+static inline long crlm_sys_epoll_pwait2(void) {
+#ifdef SYS_epoll_pwait2
+    return SYS_epoll_pwait2;
+#else
+    return -1;
+#endif
+}
 
 #endif

@@ -223,7 +223,7 @@ public final class StallMonitor: Sendable {
         // made before are delivered unsymbolicated rather than held back (see isSymbolicated).
         if !Symbolicator.shared.isWarm { Symbolicator.shared.warmUp() }
         for source in sources { source.prepareForStallMonitoring() }
-        let worker = Worker(monitor: self)
+        let worker = StallWorker(monitor: self)
         reporter.locked { $0 = MonitorThread(name: "rlk.stallrep") { [self] in runReporter() } }
         thread.locked { $0 = MonitorThread(name: "rlk.stallmon") { [self] in
             worker.run()
@@ -366,26 +366,26 @@ public final class StallMonitor: Sendable {
     }
 
     /// Hands an event to the reporting thread (sampling thread).
-    fileprivate func enqueue(_ kind: PendingKind, _ report: StallReport, _ sampler: StackSampler) {
+    func enqueue(_ kind: PendingKind, _ report: StallReport, _ sampler: StackSampler) {
         shared.locked { $0.pending.append((kind, report, sampler)) }
         reporter.locked { $0 }?.wake()
     }
 
     // MARK: The monitor's thread
 
-    fileprivate var isStopping: Bool { shared.locked { $0.stopping } }
-    fileprivate var sources: [any StallSource] { shared.locked { $0.sources } }
-    fileprivate func name(of source: any StallSource) -> String {
+    var isStopping: Bool { shared.locked { $0.stopping } }
+    var sources: [any StallSource] { shared.locked { $0.sources } }
+    func name(of source: any StallSource) -> String {
         shared.locked { $0.names[ObjectIdentifier(source)] } ?? source.stallSourceName
     }
-    fileprivate func forget(_ source: any StallSource) {
+    func forget(_ source: any StallSource) {
         shared.locked { shared in
             shared.sources.removeAll { $0 === source }
             shared.names[ObjectIdentifier(source)] = nil
         }
     }
 
-    fileprivate func emit(_ event: StallEvent) {
+    func emit(_ event: StallEvent) {
         let report = event.report
         if let logger {
             switch event {
@@ -413,360 +413,18 @@ public final class StallMonitor: Sendable {
         shared.locked { $0.handler }?(event)
     }
 
-    fileprivate func noteThreadExit(_ source: any StallSource, threadID: Int32) {
+    func noteThreadExit(_ source: any StallSource, threadID: Int32) {
         logger?.info("watched thread exited; no longer watched", metadata: ["source": "\(name(of: source))", "tid": "\(threadID)"])
     }
 
-    fileprivate func noteCaptureError(_ error: ThreadStackError, _ source: any StallSource, threadID: Int32) {
+    func noteCaptureError(_ error: ThreadStackError, _ source: any StallSource, threadID: Int32) {
         logger?.error("cannot capture the stalled thread's stack: \(error)", metadata: ["source": "\(name(of: source))", "tid": "\(threadID)"])
-    }
-}
-
-/// The monitor thread's state and rounds. Confined to that thread.
-private final class Worker: @unchecked Sendable {
-    // @unchecked: created by start(), then used only by the monitor's thread (its run()).
-    let monitor: StallMonitor
-    var watches: [ObjectIdentifier: Watch] = [:]
-    var backoff: StallBackoff
-
-    init(monitor: StallMonitor) {
-        self.monitor = monitor
-        backoff = StallBackoff(monitor.backoff)
-    }
-
-    /// How long a sample waits for the stuck thread's handler: the thread must be scheduled to run
-    /// it, which on a loaded machine can take longer than a sample interval.
-    var captureTimeout: Duration { max(monitor.sampleInterval * 2, .milliseconds(100)) }
-
-    /// One watched source.
-    struct Watch {
-        let source: any StallSource
-        /// The callout the loop was last seen busy in.
-        var candidate: Candidate?
-        /// When the monitor last looked at the loop.
-        var lastLook: ContinuousClock.Instant?
-        var stall: Stall?
-        /// The thread whose procfs files are kept open for this source (0: none yet).
-        var readableThread: Int32 = 0
-    }
-
-    /// What the loop is doing: a pass, and a callout (or a stretch of own work) in it.
-    struct Key: Equatable {
-        let generation: UInt64
-        let callout: UInt32
-    }
-
-    struct Candidate {
-        let key: Key
-        let busySince: ContinuousClock.Instant
-        let seenAt: ContinuousClock.Instant
-        let cpuAtSeen: Duration?
-    }
-
-    struct Stall {
-        let id: String
-        let threadID: Int32
-        let key: Key
-        let startedAt: Date
-        let busySince: ContinuousClock.Instant
-        let mode: String
-        let phase: String
-        let item: String
-        let threadName: String
-        let loopName: String
-        let seenAt: ContinuousClock.Instant
-        let cpuAtSeen: Duration?
-        /// The thread's CPU clock at the last sample, and when it was read.
-        var lastCPU: (time: Duration, at: ContinuousClock.Instant)?
-        var sampler: StackSampler
-        var nextSample: ContinuousClock.Instant
-        var reported: Bool
-        var suppressedSimilar: Int
-        let signature: [UInt64]
-        /// Every thread's stack, taken when the stall was first reported (`allThreads`).
-        var allThreads: [ThreadStack.RawThreadSnapshot]? = nil
-    }
-
-    func run() {
-        while !monitor.isStopping {
-            let next = round()
-            if !monitor.isStopping { monitor.sleepOnThread(until: next) }
-        }
-        // Stalls still going get their end, marked cut short; held-back ones their summary.
-        for (key, watch) in watches {
-            if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
-            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
-            watches[key] = nil
-        }
-        for (report, sampler) in backoff.drainSummaries() { monitor.enqueue(.suppressed, report, sampler) }
-    }
-
-    /// Looks at every loop once; returns when to look again.
-    func round() -> ContinuousClock.Instant {
-        let now = ContinuousClock.now
-        var next = now + monitor.sampleInterval
-        let sources = monitor.sources
-        let current = Set(sources.map { ObjectIdentifier($0) })
-        for (key, watch) in watches where !current.contains(key) {
-            // No longer watched (unwatch): a stall in progress ends, cut short.
-            if var stall = watch.stall { finish(&stall, reason: .monitorStopped) }
-            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
-            watches[key] = nil
-        }
-        for source in sources {
-            let key = ObjectIdentifier(source)
-            if watches[key] == nil { watches[key] = Watch(source: source) }
-            if let wake = look(at: key) { next = min(next, wake) }
-        }
-        for (report, sampler) in backoff.expiredSummaries(at: now) { monitor.enqueue(.suppressed, report, sampler) }
-        return next
-    }
-
-    /// Looks at one loop; returns when it needs looking at again, if sooner than the usual round.
-    func look(at key: ObjectIdentifier) -> ContinuousClock.Instant? {
-        guard var watch = watches[key] else { return nil }
-        defer { watches[key] = watch }
-        let source = watch.source
-        let snapshot = source.stallSnapshot()
-        let now = ContinuousClock.now
-        let previousLook = watch.lastLook
-        watch.lastLook = now
-        // Keep the thread's procfs files open while descriptors are free: a stall in a process whose
-        // descriptor table is full (an accept storm) must still be read.
-        if snapshot.threadID != 0, snapshot.threadID != watch.readableThread, !snapshot.threadExited,
-            ThreadStack.keepReadable(threadID: snapshot.threadID)
-        {
-            if watch.readableThread != 0 { ThreadStack.releaseReadable(threadID: watch.readableThread) }
-            watch.readableThread = snapshot.threadID
-        }
-        let busy = snapshot.activity == .busy
-        let current = Key(generation: snapshot.work, callout: snapshot.step)
-        // Moved on, whatever the thread did next (even if it has exited since).
-        if var stall = watch.stall, !busy || stall.key != current {
-            finish(&stall, reason: .movedOn, at: Self.movedOnAt(snapshot, stall, now))
-            watch.stall = nil
-        }
-        if snapshot.threadExited {
-            if var stall = watch.stall { finish(&stall, reason: .threadExited) }
-            watch.stall = nil
-            watch.candidate = nil
-            monitor.forget(source)
-            if snapshot.threadID != 0 { ThreadStack.forget(threadID: snapshot.threadID) }
-            monitor.noteThreadExit(source, threadID: snapshot.threadID)
-            return nil
-        }
-        guard busy else {
-            watch.candidate = nil
-            return nil
-        }
-        let threadID = snapshot.threadID
-        if watch.candidate?.key != current {
-            // Timed from the last look that saw the source elsewhere (the work began after it), or
-            // from when the source stamped the work, if it does and that is later: a duration is
-            // never shorter than the work, and at most a sample interval longer at its start.
-            let samePass = watch.candidate?.key.generation == current.generation
-            var since = previousLook ?? now
-            if !samePass, let stamped = snapshot.busySince, stamped > since { since = stamped }
-            // A source that knows when the work began (a heartbeat's send time) says so exactly.
-            if snapshot.busySinceIsExact, let stamped = snapshot.busySince { since = stamped }
-            watch.candidate = Candidate(
-                key: current, busySince: min(since, now), seenAt: now,
-                cpuAtSeen: threadID != 0 ? ProcessThreads.cpuTime(of: threadID) : nil)
-        }
-        let candidate = watch.candidate!
-        if var stall = watch.stall {
-            if now >= stall.nextSample {
-                if !sample(&stall) {
-                    finish(&stall, reason: .threadExited)
-                    watch.stall = nil
-                    return nil
-                }
-                stall.nextSample = max(stall.nextSample + monitor.sampleInterval, now)
-            }
-            if !stall.reported, now - stall.busySince >= max(.seconds(2), monitor.threshold * 4) {
-                stall.reported = true  // a hang is never hidden by the back-off
-                backoff.reportedAfterAll(stall.signature)
-                if monitor.capturesAllThreads {
-                    stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: stall.threadID)
-                }
-                monitor.enqueue(.began, report(stall, now: now), stall.sampler)
-            }
-            watch.stall = stall
-            return stall.nextSample
-        }
-        let due = candidate.busySince + monitor.threshold
-        guard now >= due else { return due }
-        // Seen busy for the first time already past due: the monitor's own round was late (it
-        // sampled another stall, or waited for a CPU), so the work may be young. A stall begins
-        // only at a later look that still sees it (the usual round, one sample interval on).
-        if candidate.seenAt == now && !snapshot.busySinceIsExact { return nil }
-        // A stall begins: its first sample now.
-        var sampler = StackSampler(threadID: threadID)
-        guard sampler.sample(timeout: captureTimeout) else { return nil }  // the thread is gone
-        if let error = sampler.lastError { monitor.noteCaptureError(error, source, threadID: threadID) }
-        let busyFor = now - candidate.busySince
-        let signature = sampler.signature ?? []
-        let decision = backoff.decide(signature, at: now)
-        var stall = Stall(
-            id: UUID().uuidString, threadID: threadID, key: current,
-            startedAt: Date(timeIntervalSinceNow: -busyFor.seconds), busySince: candidate.busySince,
-            mode: source.currentStallMode() ?? "?", phase: snapshot.phase, item: snapshot.item,
-            threadName: (threadID != 0 ? ProcessThreads.name(of: threadID) : nil) ?? snapshot.threadName ?? "?",
-            loopName: monitor.name(of: source), seenAt: candidate.seenAt, cpuAtSeen: candidate.cpuAtSeen,
-            lastCPU: (threadID != 0 ? ProcessThreads.cpuTime(of: threadID) : nil).map { ($0, ContinuousClock.now) },
-            sampler: sampler, nextSample: now + monitor.sampleInterval, reported: decision.report,
-            suppressedSimilar: decision.suppressedBefore, signature: signature)
-        if stall.reported && monitor.capturesAllThreads {
-            stall.allThreads = ThreadStack.captureAllAddresses(timeout: Self.allThreadsTimeout, first: threadID)
-        }
-        let first = report(stall, now: now)
-        monitor.enqueue(stall.reported ? .began : .heldBackBegan, first, stall.sampler)
-        stall.nextSample = now + monitor.sampleInterval
-        watch.stall = stall
-        return stall.nextSample
-    }
-
-    /// One more sample of a stall, and the thread's CPU clock with it. False when the thread is
-    /// gone.
-    /// How long an all-threads snapshot waits for each running thread: short, because it is
-    /// taken on the sampling thread while the stall is sampled, and a thread that does not answer
-    /// soon (a sanitizer defers signals) is listed with its error rather than delaying the report.
-    static let allThreadsTimeout: Duration = .milliseconds(20)
-
-    func sample(_ stall: inout Stall) -> Bool {
-        guard stall.sampler.sample(timeout: captureTimeout) else { return false }
-        if stall.threadID != 0, let cpu = ProcessThreads.cpuTime(of: stall.threadID) { stall.lastCPU = (cpu, ContinuousClock.now) }
-        return true
-    }
-
-    func report(_ stall: Stall, now: ContinuousClock.Instant, reason: StallReport.EndReason? = nil) -> StallReport {
-        // The CPU clock now, or at the last sample when the thread has exited since.
-        let current = stall.threadID != 0 ? ProcessThreads.cpuTime(of: stall.threadID) : nil
-        let reading = current.map { ($0, ContinuousClock.now) } ?? stall.lastCPU
-        let cpu = reading.flatMap { reading in stall.cpuAtSeen.map { reading.0 - $0 } } ?? .zero
-        let measuredOver = (reading?.1 ?? ContinuousClock.now) - stall.seenAt
-        var report = StallReport(
-            id: stall.id, processID: getpid(), threadName: stall.threadName, threadID: stall.threadID, mode: stall.mode,
-            phase: stall.phase, startedAt: stall.startedAt, duration: now - stall.busySince, threadCPUTime: cpu,
-            cpuMeasuredOver: measuredOver, stacks: [], sampleCount: stall.sampler.sampleCount,
-            endReason: reason, suppressedSimilar: stall.suppressedSimilar,
-            captureError: stall.sampler.lastError?.description, loop: stall.loopName, item: stall.item)
-        report.rawAllThreads = stall.allThreads
-        return report
-    }
-
-    /// When the loop moved on, as the loop stamped it: the start of its sleep, or of the next
-    /// pass's work; the monitor's own time only when the loop stamped nothing usable (it may look
-    /// up to a sample interval late, or later when its thread waits for the CPU).
-    static func movedOnAt(_ snapshot: StallSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
-        let stamped = snapshot.activity == .idle ? snapshot.idleSince : snapshot.busySince
-        guard let stamped, stamped > stall.busySince, stamped <= now else { return now }
-        return stamped
-    }
-
-    func finish(_ stall: inout Stall, reason: StallReport.EndReason, at end: ContinuousClock.Instant? = nil) {
-        let now = end ?? ContinuousClock.now
-        let final = report(stall, now: now, reason: reason)
-        if stall.reported {
-            monitor.enqueue(.ended, final, stall.sampler)
-        } else {
-            monitor.enqueue(.heldBackEnded, final, stall.sampler)
-            backoff.heldBack(stall.signature, final, stall.sampler)
-        }
-    }
-}
-
-/// The back-off of repeated similar stalls (see ``StallMonitor/Backoff``). Monitor thread only.
-struct StallBackoff {
-    let rule: StallMonitor.Backoff
-    private var seen: [[UInt64]: Entry] = [:]
-
-    struct Entry {
-        var count = 0
-        /// Held back since the last report of this signature (counted in its next report).
-        var suppressed = 0
-        var last: ContinuousClock.Instant
-        /// The last stall held back, for the summary.
-        var lastHeldBack: (report: StallReport, sampler: StackSampler)?
-    }
-
-    init(_ rule: StallMonitor.Backoff) { self.rule = rule }
-
-    private var forgetAfter: Duration? {
-        switch rule {
-        case .none: nil
-        case .fibonacci(let forgetAfter): max(forgetAfter, .zero)
-        }
-    }
-
-    /// Whether the stall with `signature` is reported, and how many like it were held back since
-    /// the last one reported (what its report says).
-    mutating func decide(_ signature: [UInt64], at now: ContinuousClock.Instant) -> (report: Bool, suppressedBefore: Int) {
-        guard let forgetAfter, !signature.isEmpty else { return (true, 0) }
-        var entry = seen[signature] ?? Entry(last: now)
-        if now - entry.last > forgetAfter { entry = Entry(last: now) }
-        entry.count += 1
-        entry.last = now
-        let report = Self.isFibonacci(entry.count)
-        let suppressedBefore = entry.suppressed
-        if report {
-            entry.suppressed = 0
-            entry.lastHeldBack = nil
-        } else {
-            entry.suppressed += 1
-        }
-        seen[signature] = entry
-        return (report, report ? suppressedBefore : 0)
-    }
-
-    /// A held-back stall ended: kept for the summary.
-    mutating func heldBack(_ signature: [UInt64], _ report: StallReport, _ sampler: StackSampler) {
-        guard seen[signature] != nil else { return }
-        seen[signature]!.lastHeldBack = (report, sampler)
-    }
-
-    /// A held-back stall lasted long enough to be reported after all: not counted as held back.
-    mutating func reportedAfterAll(_ signature: [UInt64]) {
-        guard let entry = seen[signature], entry.suppressed > 0 else { return }
-        seen[signature]!.suppressed = entry.suppressed - 1
-    }
-
-    /// Summaries of the signatures forgotten by now (no such stall for `forgetAfter`) that held
-    /// stalls back since their last report.
-    mutating func expiredSummaries(at now: ContinuousClock.Instant) -> [(StallReport, StackSampler)] {
-        guard let forgetAfter, !seen.isEmpty else { return [] }
-        var summaries: [(StallReport, StackSampler)] = []
-        for (signature, entry) in seen where now - entry.last > forgetAfter {
-            if let summary = Self.summary(entry) { summaries.append(summary) }
-            seen[signature] = nil
-        }
-        return summaries
-    }
-
-    /// Summaries of every signature that held stalls back since its last report (at stop).
-    mutating func drainSummaries() -> [(StallReport, StackSampler)] {
-        defer { seen.removeAll() }
-        return seen.values.compactMap(Self.summary).sorted { $0.0.startedAt < $1.0.startedAt }
-    }
-
-    private static func summary(_ entry: Entry) -> (StallReport, StackSampler)? {
-        guard entry.suppressed > 0, let (last, sampler) = entry.lastHeldBack else { return nil }
-        var report = last
-        report.suppressedSimilar = entry.suppressed
-        return (report, sampler)
-    }
-
-    static func isFibonacci(_ n: Int) -> Bool {
-        var (a, b) = (1, 2)
-        if n == 1 { return true }
-        while b < n { (a, b) = (b, a + b) }
-        return b == n
     }
 }
 
 extension StallMonitor {
     /// The sampling thread's sleep between rounds, which stop() and watch(_:) cut short.
-    fileprivate func sleepOnThread(until deadline: ContinuousClock.Instant) {
+    func sleepOnThread(until deadline: ContinuousClock.Instant) {
         thread.locked { $0 }?.sleep(until: deadline)
     }
 }

@@ -360,16 +360,11 @@ private final class HeartbeatState: Sendable {
 /// was learnt for: a new thread (a new loop in a reused slot) learns afresh, even when a look
 /// that read the old thread stores after the change.
 package final class LoopWait: Sendable {
-    /// The system calls an idle epoll-based event loop waits in, on this architecture; empty where
-    /// they are not known here (no judgement is made: callers fall back).
+    /// The system calls an idle epoll-based event loop waits in, on this architecture (from its
+    /// `<sys/syscall.h>`); empty where none is known (no judgement is made: callers fall back).
     package static let epollWaitCalls: Set<Int> = {
-        #if arch(x86_64)
-        [232, 281, 441]  // epoll_wait, epoll_pwait, epoll_pwait2
-        #elseif arch(arm64)
-        [22, 441]  // epoll_pwait, epoll_pwait2
-        #else
-        []
-        #endif
+        let numbers: [Int] = [Int(crlm_sys_epoll_wait()), Int(crlm_sys_epoll_pwait()), Int(crlm_sys_epoll_pwait2())]
+        return Set(numbers.filter { $0 >= 0 })
     }()
 
     /// The system calls the loop waits in.

@@ -109,4 +109,34 @@ struct PendingWakeUpDiffTests {
         #expect(cf == head + pass + ["past timer fired"] + pass + pass + ["observer exit", "run 2: timedOut"])
         #expect(rlk == head + pass + ["past timer fired"] + pass + ["observer exit", "run 2: timedOut"])
     }
+
+    /// wakeUp() made during a pass, before its wait (from an observer at `activity`, a timer, a
+    /// source): CF keeps it until that wait, which returns at once.
+    static func wakeUpDuringAPass(from activity: UInt) -> DiffScenario {
+        { loop, trace in
+            let source = loop.keepAlive()
+            let woken = DiffRef(0)
+            let activities = DiffActivity.beforeTimers | DiffActivity.beforeSources | DiffActivity.afterWaiting | DiffActivity.beforeWaiting | DiffActivity.exit
+            let observer = loop.makeObserver(activities, repeats: true) { _, current in
+                trace("observer \(DiffActivity.name(current))")
+                if current == activity && woken.value == 0 { woken.value += 1; trace("wakeUp()"); loop.wakeUp() }
+            }
+            loop.add(observer, DiffMode.default)
+            trace("run: " + loop.run(DiffMode.default, 0.05))
+            loop.remove(source, DiffMode.default)
+            observer.invalidate()
+        }
+    }
+
+    @Test(arguments: ["beforeTimers", "beforeSources", "afterWaiting", "beforeWaiting"])
+    func aWakeUpMadeDuringAPass(activity: String) {
+        let value: UInt = switch activity {
+        case "beforeTimers": DiffActivity.beforeTimers
+        case "beforeSources": DiffActivity.beforeSources
+        case "afterWaiting": DiffActivity.afterWaiting
+        default: DiffActivity.beforeWaiting
+        }
+        let (cf, rlk) = differentialTraces(Self.wakeUpDuringAPass(from: value))
+        #expect(rlk == cf)
+    }
 }

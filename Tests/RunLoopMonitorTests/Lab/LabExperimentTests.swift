@@ -16,10 +16,21 @@ struct LabExperimentTests {
     @Test func listNamesTheSeedOfEveryExperiment() throws {
         let list = try runProbe("runloop-lab", ["list"])
         let entries = list.stdout.split(separator: "\n").filter { $0.first?.isNumber == true }
-        #expect(entries.count == 23)
+        #expect(entries.count == 24)
         // Each names its seed article(s) by file name, e.g. `(seed 004_a8b090316d53f601.txt)`.
         #expect(entries.allSatisfy { $0.contains("(seed") && $0.contains(".txt") })
-        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 23)
+        #expect(list.stdout.components(separatedBy: "   The seed: ").count - 1 == 24)
+    }
+
+    /// Experiment 24 needs GTK 4 (traits GLib and GTK): without them it says how to run it.
+    @Test func theGTKExperimentSaysHowToRunItWithoutItsTraits() throws {
+        let out = try tour(24)
+        #if GTK
+        #expect(out.contains("vadjustment") || out.contains("Xvfb"))
+        #else
+        #expect(out.contains("swift run --traits GLib,GTK runloop-lab tour --only 24"))
+        #expect(out.contains("apt-get install libglib2.0-dev libgtk-4-dev"))
+        #endif
     }
 
     @Test func gcdTimerFiresWhileTrackingAndTheDefaultLoopTimerDoesNot() throws {

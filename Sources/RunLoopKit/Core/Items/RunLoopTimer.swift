@@ -129,11 +129,12 @@ public final class RunLoopTimer: Sendable, Hashable, CustomStringConvertible {
         self.storedHandler = handler
     }
 
-    /// The timer's own initializer for a fire date already known to be now or later.
+    // A label lives in a table beside the timers (see `label`): forgotten with its timer.
     deinit {
         if TimerLabels.count.load(ordering: .relaxed) > 0 { TimerLabels.forget(ObjectIdentifier(self)) }
     }
 
+    /// The timer's own initializer for a fire date already known to be now or later.
     init(fireNs: Int64, intervalNs: Int64, toleranceNs: Int64, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
         self.intervalNs = max(0, intervalNs)
         self.order = 0

@@ -441,6 +441,10 @@ struct FiringTimer {
     /// Its fire date; `LoopClock.never` when no batch of the mode is firing.
     var fireNs = LoopClock.never
     var timer: ObjectIdentifier?
+    /// The same timer, to read the date it reports (a past date given is reported as given while
+    /// it fires at `fireNs`, clamped to when it was given). Valid while `timer` is set and
+    /// `left` false: its batch entry holds a retain until the mode's firing moves past it.
+    var firingTimer: Unmanaged<RunLoopTimer>?
     /// It left the mode during its handler (removed, invalidated): ``followingNs`` counts instead.
     var left = false
     /// The fire date of the batch's next timer, or what counted before the batch.

@@ -249,12 +249,16 @@ extension RunLoop {
     public func nextTimerFireDate(forMode mode: Mode) -> ContinuousClock.Instant? {
         withState { state in
             guard mode != .common, let index = state.modeIndex[mode] else { return nil }
-            // A timer firing now still counts, with the date it fires for, until it leaves the mode
-            // (as in CoreFoundation).
-            let firing = state.modes[index].firing.countedNs
-            // The earliest queued timer reports its date as given (a past one stays as given).
+            // A timer firing now still counts until it leaves the mode (as in CoreFoundation).
+            let firingTimer = state.modes[index].firing
+            let firing = firingTimer.countedNs
+            // Every timer reports its date as given (a past one stays as given, queued or firing),
+            // while the order is that of the dates they fire at.
             if let next = state.modes[index].timers.peekLive(graveyard: &state.graveyard), next.fireNs <= firing {
                 return LoopClock.instant(next.timer.state.locked { $0.reportedNs })
+            }
+            if !firingTimer.left, let timer = firingTimer.firingTimer {
+                return LoopClock.instant(timer.takeUnretainedValue().state.locked { $0.reportedNs })
             }
             return firing == LoopClock.never ? nil : LoopClock.instant(firing)
         }

@@ -128,7 +128,9 @@ extension RunLoop {
         var next = index + 1
         while next < batch.count && !batch[next].isLive { next += 1 }
         let followingNs = next < batch.count ? batch[next].fireNs : outer.countedNs
-        return FiringTimer(fireNs: batch[index].fireNs, timer: ObjectIdentifier(batch[index].timer), followingNs: followingNs)
+        let timer = batch[index].timer
+        return FiringTimer(
+            fireNs: batch[index].fireNs, timer: ObjectIdentifier(timer), firingTimer: .passUnretained(timer), followingNs: followingNs)
     }
 
     /// Drops the entries that were stale when the batch was taken (a timer moved, removed or

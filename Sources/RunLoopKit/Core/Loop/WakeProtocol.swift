@@ -63,6 +63,8 @@ import Synchronization
 // eventfd write (a waker saw `sleeping` just as the loop took its request without sleeping) is
 // recognised because every write follows a request: a wake with no request pending asked for
 // nothing, and a request made after the check finds `sleeping` still set and writes again.
+// A version-1 source's attention flag (`source1Attention`, read by `isStale`) is stored
+// sequentially consistent for the same reason as `request`.
 //
 // A kept wakeUp() marks the request as the user's in the same read-modify-write that makes it
 // pending, and a pass drops a library request with a compare-exchange that fails on that mark:
