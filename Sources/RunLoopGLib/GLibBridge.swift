@@ -32,7 +32,7 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: its stored properties are constants (the loop, the modes, the context
 /// pointer, which GLib makes safe to pass between threads) and the driver, whose state only the
-/// loop's thread touches (see ``GLibDriver``) except for atomics.
+/// loop's thread touches (see `GLibDriver`) except for atomics.
 public final class GLibBridge: @unchecked Sendable, CustomStringConvertible {
     /// The loop that drives the context.
     public let loop: RunLoop
