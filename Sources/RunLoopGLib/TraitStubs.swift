@@ -9,7 +9,7 @@ public import RunLoopKit
 /// Needs the package trait `GLib` (unavailable without it).
 @available(
     *, unavailable,
-    message: "RunLoopGLib needs the package trait GLib (and glib-2.0's development files, Debian: libglib2.0-dev): .package(url: \"https://github.com/example/RunLoopKit\", from: \"0.1.0\", traits: [\"GLib\"])"
+    message: "RunLoopGLib needs the package trait GLib (and glib-2.0's development files, Debian: libglib2.0-dev): .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"GLib\"])"
 )
 public final class GLibBridge: Sendable {
     /// Needs the package trait `GLib`.
@@ -29,7 +29,7 @@ public final class GLibBridge: Sendable {
 /// Needs the package trait `GLib` (unavailable without it).
 @available(
     *, unavailable,
-    message: "RunLoopGLib needs the package trait GLib (and glib-2.0's development files, Debian: libglib2.0-dev): .package(url: \"https://github.com/example/RunLoopKit\", from: \"0.1.0\", traits: [\"GLib\"])"
+    message: "RunLoopGLib needs the package trait GLib (and glib-2.0's development files, Debian: libglib2.0-dev): .package(url: \"https://github.com/runloopkit/RunLoopKit\", from: \"0.1.0\", traits: [\"GLib\"])"
 )
 public enum GLibBridgeError: Error, Sendable {}
 #endif
