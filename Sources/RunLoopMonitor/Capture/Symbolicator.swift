@@ -48,15 +48,27 @@ final class Symbolicator: Sendable {
     /// instead of the first load's hundreds of milliseconds to seconds (a large binary's DWARF).
     var isWarm: Bool { warm.load(ordering: .acquiring) }
 
+    private let namesWarm = Atomic<Bool>(false)
+
+    /// Whether the names thread has the symbol table of every image mapped at ``warmUp()``: a name
+    /// then takes microseconds. Before, a name may wait behind the load of one (up to a hundred
+    /// milliseconds for libFoundation's, more on a busy machine).
+    var namesAreWarm: Bool { namesWarm.load(ordering: .acquiring) }
+
     /// Loads those tables on the symbolication thread (by symbolicating its own stack), in the
     /// background; ``isWarm`` once done.
     func warmUp() {
         namesWorker.post { [self] in
             if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = nameFramesHere(own.addresses) }
-            // Every image mapped now, one address each: the names thread then has every symbol
-            // table (a stall in Foundation's JSON encoder is named at once, not after the
-            // hundred milliseconds libFoundation's table takes to read).
-            _ = nameFramesHere(Self.oneAddressPerImage())
+            // Then every image mapped now, one address each, so that the names thread has every
+            // symbol table (a stall in Foundation's JSON encoder is named at once, not after the
+            // hundred milliseconds libFoundation's table takes to read). One image per background
+            // request, smallest first: a stall's request, which a caller waits for, runs between
+            // two of them instead of after all (a process that stalls at once is named at once).
+            for address in Self.oneAddressPerImage() {
+                namesWorker.postInBackground { [self] in _ = nameFramesHere([address]) }
+            }
+            namesWorker.postInBackground { [self] in namesWarm.store(true, ordering: .releasing) }
         }
         worker.post { [self] in
             if let own = try? ThreadStack.captureAddresses(threadID: ProcessThreads.ownID) { _ = resolveHere(own.addresses) }
@@ -66,13 +78,16 @@ final class Symbolicator: Sendable {
         }
     }
 
-    /// An address in the text (its last byte) of each image mapped from a file.
+    /// An address in the text (its last byte) of each image mapped from a file, the smallest
+    /// image's first.
     private static func oneAddressPerImage() -> [UInt64] {
-        ImageMap.capture().compactMap { image in
+        ImageMap.capture().compactMap { image -> (size: UInt64, address: UInt64)? in
             guard let path = image.path, path.hasPrefix("/"), let end = UInt64(image.endOfText), let base = UInt64(image.baseAddress), end > base
             else { return nil }
-            return end - 1
+            return (end - base, end - 1)
         }
+        .sorted { $0.size < $1.size }
+        .map(\.address)
     }
 
     private let worker = SymbolicationThread(name: "rlk.symbols")
@@ -306,7 +321,8 @@ final class Symbolicator: Sendable {
 }
 
 /// The thread every symbolication runs on (see ``Symbolicator``): requests are closures, run in
-/// order; a caller waits for its own.
+/// order; a caller waits for its own. Background requests (``postInBackground(_:)``) run one at a
+/// time, only when no other request is queued.
 private final class SymbolicationThread: Sendable {
     private let name: String
 
@@ -317,6 +333,7 @@ private final class SymbolicationThread: Sendable {
         /// The process that started the thread: in a forked child it does not exist.
         var owner: Int32 = 0
         var requests: [@Sendable () -> Void] = []
+        var background: [@Sendable () -> Void] = []
     }
 
     private let state = ForkSafeLock { State() }
@@ -359,11 +376,27 @@ private final class SymbolicationThread: Sendable {
         return thread != nil
     }
 
+    /// Queues `body` behind every request, now and to come, that is not a background one; from
+    /// the thread itself too. Dropped in a forked child (nothing waits for it).
+    func postInBackground(_ body: @escaping @Sendable () -> Void) {
+        if crlm_fork_generation() != 0 { return }
+        let pid = getpid()
+        let thread = state.locked { state -> MonitorThread? in
+            guard state.owner == pid, let thread = state.thread else { return nil }
+            state.background.append(body)
+            return thread
+        }
+        thread?.wake()
+    }
+
     private func serve() {
         while true {
-            let batch = state.locked { state in
-                defer { state.requests.removeAll() }
-                return state.requests
+            let batch = state.locked { state -> [@Sendable () -> Void] in
+                if !state.requests.isEmpty {
+                    defer { state.requests.removeAll() }
+                    return state.requests
+                }
+                return state.background.isEmpty ? [] : [state.background.removeFirst()]
             }
             for request in batch { request() }
             if batch.isEmpty, let thread = state.locked({ $0.thread }) { thread.sleep(until: .now + .seconds(3600)) }

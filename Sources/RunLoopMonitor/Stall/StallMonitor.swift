@@ -291,12 +291,18 @@ public final class StallMonitor: Sendable {
         }
     }
 
+    /// How long a stall's first report waits for names when the names thread is still loading its
+    /// symbol tables (a stall in the first tens to hundreds of milliseconds after ``start(_:)``).
+    static let namesWarmUpPatience: Duration = .milliseconds(500)
+
     /// Symbolicates a report (reporting thread) and delivers it or counts it. A stall's first
     /// report waits at most one sample interval for symbols (its counter must reach `/metrics` at
     /// once, and a large binary's symbol and line tables take from hundreds of milliseconds to
     /// seconds to read the first time): full frames if they come within half of it, else names,
     /// else it goes out unsymbolicated while they are resolved in the background. Later reports
-    /// of the stall wait for them.
+    /// of the stall wait for them. Only before the names thread has loaded its tables (tens to
+    /// hundreds of milliseconds after ``start(_:)``) does a first report wait longer for names: up to
+    /// `namesWarmUpPatience`.
     /// Returns the raw report of a `began` delivered without names.
     private func deliver(
         _ kind: PendingKind, _ raw: StallReport, _ sampler: StackSampler
@@ -314,8 +320,12 @@ public final class StallMonitor: Sendable {
         } else if first {
             // Names only while the full frames (files, lines, inlined functions) are resolved in
             // the background: enough for the blame and the fingerprint.
-            // Within one sample interval in all: the names thread loads its tables once, at start().
-            if let named = sampler.namedSamples(patience: warm ? sampleInterval / 2 : sampleInterval), named.contains(where: { $0.frames.contains { $0.symbol != nil } }) {
+            // Within one sample interval in all once the names thread has its tables (loaded from
+            // start(), in tens to hundreds of milliseconds); a stall that begins before then (a
+            // program that stalls as it starts) waits for them, up to half a second, rather than
+            // go out nameless.
+            let patience = !Symbolicator.shared.namesAreWarm ? max(sampleInterval, Self.namesWarmUpPatience) : warm ? sampleInterval / 2 : sampleInterval
+            if let named = sampler.namedSamples(patience: patience), named.contains(where: { $0.frames.contains { $0.symbol != nil } }) {
                 report.attribute(named)
             } else {
                 report.attribute(sampler.samples(symbolicated: false), symbolicated: false)
