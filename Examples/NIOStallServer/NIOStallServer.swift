@@ -102,11 +102,13 @@ public func printReport(_ event: StallEvent) {
     case .ended: kind = "ended"
     case .suppressed: kind = "suppressed"
     }
-    let object: [String: Any] = [
+    var object: [String: Any] = [
         "event": kind, "loop": report.loop, "phase": report.phase, "stuckIn": report.stuckIn ?? "",
         "durationMs": milliseconds(report.duration), "cpuRatio": (report.cpuRatio * 100).rounded() / 100,
         "thread": report.threadName,
     ]
+    // A stall's first report is blamed from one sample: its stack shows what the blame came from.
+    if case .began = event { object["stack"] = report.foldedStacks }
     if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
         FileHandle.standardOutput.write(data + Data("\n".utf8))
     }

@@ -31,16 +31,30 @@ struct StackSampler {
     /// Whether `address` is in a system library, or in a sanitizer's runtime (linked into the
     /// executable, its exported functions named `__asan_…`, `__interceptor_…` and the like).
     private static func isSystemImage(_ address: UInt64) -> Bool {
+        guard let (name, function) = imageAndSymbol(of: address) else { return false }
+        if CallTree.systemImagePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
+        return Self.sanitizerPrefixes.contains { function.hasPrefix($0) }
+    }
+
+    /// The file name of the image `address` is in and its nearest dynamic symbol (`dladdr`).
+    private static func imageAndSymbol(of address: UInt64) -> (image: String, symbol: String)? {
         var image = [CChar](repeating: 0, count: 512)
         var symbol = [CChar](repeating: 0, count: 64)
         var base: UInt64 = 0
         var symbolAddress: UInt64 = 0
-        guard crlm_dladdr(address, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return false }
+        guard crlm_dladdr(address, &image, image.count, &base, &symbol, symbol.count, &symbolAddress) else { return nil }
         let path = String(decoding: image.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         let name = path.split(separator: "/").last.map(String.init) ?? path
-        if CallTree.systemImagePrefixes.contains(where: { name.hasPrefix($0) }) { return true }
-        let function = String(decoding: symbol.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return Self.sanitizerPrefixes.contains { function.hasPrefix($0) }
+        return (name, String(decoding: symbol.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }
+
+    /// Whether a captured stack was unwound to the thread's entry: one of its two outermost frames
+    /// is in the C library (`start_thread` and `clone3` for a thread it started;
+    /// `__libc_start_main` below `_start` for the main thread). An unwinder that meets an
+    /// instruction without unwind information stops there: seen in the Swift runtime, a stack of
+    /// two frames that names none of the code that called it.
+    static func reachesThreadEntry(_ stack: [UInt64]) -> Bool {
+        stack.suffix(2).contains { address in imageAndSymbol(of: address)?.image.hasPrefix("libc.so") ?? false }
     }
 
     static let sanitizerPrefixes = ["__asan", "__tsan", "__sanitizer", "__interceptor", "___interceptor", "__lsan", "__ubsan"]
@@ -72,6 +86,27 @@ struct StackSampler {
             return symbol.hasPrefix("__tsan::ProcessPendingSignals") || symbol.contains("CallUserSignalHandler")
         }) else { return frames }
         return Array(frames[(last + 1)...])
+    }
+
+    /// Takes a stall's first sample, which its first report is blamed from alone: a capture that
+    /// did not unwind to the thread's entry (``reachesThreadEntry(_:)``) is taken again, twice at
+    /// most, and only the last is kept. Returns false when the thread is gone.
+    mutating func sampleFirst(timeout: Duration) -> Bool {
+        guard threadID != 0 else { return sample(timeout: timeout) }
+        var kept: [UInt64]?
+        for _ in 0..<3 {
+            do {
+                let addresses = try ThreadStack.captureAddresses(threadID: threadID, timeout: timeout).addresses
+                kept = addresses
+                if Self.reachesThreadEntry(addresses) { break }
+            } catch {
+                lastError = error
+                if case .noSuchThread = error, kept == nil { return false }
+                break
+            }
+        }
+        if let kept { record(kept) }
+        return true
     }
 
     private mutating func record(_ stack: [UInt64]) {

@@ -32,6 +32,9 @@ final class Symbolicator: Sendable {
         /// resolved without line tables borrows it (``nameFrames(for:patience:)``): what tells
         /// a synthesized `encode(to:)` from the handler that called the encoder.
         var functionFiles: [String: String] = [:]
+        /// The base addresses of the images a resolution has read (their tables are in the
+        /// resolving thread's cache): an address in one of them resolves in microseconds.
+        var readImages: Set<UInt64> = []
     }
 
     private struct Key: Hashable {
@@ -145,17 +148,32 @@ final class Symbolicator: Sendable {
     ///
     /// Waits at most `patience` for the names thread (it loads its tables once, from
     /// ``warmUp()``); nil when they did not come by then (they are cached when they do).
-    /// A function that a full resolution has already seen gets its file (no line): see
-    /// `State.functionFiles`.
+    ///
+    /// An address that a full resolution has already resolved keeps its full frames: the
+    /// application's own image is read in full at ``warmUp()``, and ``frames(for:patience:)``
+    /// resolves the addresses of images already read before the others, so a first report that
+    /// could not wait for a library's line tables still has the application's frames with their
+    /// files (a synthesized `encode(to:)` says `<compiler-generated>`). Any other function that a
+    /// full resolution has seen gets its file (no line): see `State.functionFiles`.
     func nameFrames(for addresses: [UInt64], patience: Duration) -> [StackFrame]? {
-        let named =
-            namesState.locked { state in Self.cached(addresses, in: state) }
-            ?? namesWorker.run(patience: patience) { [self] in nameFramesHere(addresses) }
-            ?? (crlm_fork_generation() != 0 ? nameFramesHere(addresses) : nil)
-        guard var frames = named else { return nil }
-        let files = state.locked { $0.functionFiles }
-        for index in frames.indices where frames[index].file == nil {
-            if let symbol = frames[index].symbol, let file = files[symbol] { frames[index].file = file }
+        let isNamed =
+            namesState.locked { state in Self.cached(addresses, in: state) != nil }
+            || namesWorker.run(patience: patience) { [self] in !nameFramesHere(addresses).isEmpty } ?? false
+            || (crlm_fork_generation() != 0 && !nameFramesHere(addresses).isEmpty)
+        guard isNamed, let named = namesState.locked({ state in Self.framesPerAddress(addresses, in: state) }) else { return nil }
+        let (full, files) = state.locked { state in
+            (addresses.indices.map { state.cache[Key(address: addresses[$0], isProgramCounter: $0 == 0)] }, state.functionFiles)
+        }
+        var frames: [StackFrame] = []
+        for (index, names) in named.enumerated() {
+            if let resolved = full[index] {
+                frames += resolved
+                continue
+            }
+            for var frame in names {
+                if frame.file == nil, let symbol = frame.symbol, let file = files[symbol] { frame.file = file }
+                frames.append(frame)
+            }
         }
         return frames
     }
@@ -165,10 +183,17 @@ final class Symbolicator: Sendable {
     }
 
     private static func cached(_ addresses: [UInt64], in state: State) -> [StackFrame]? {
-        var frames: [StackFrame] = []
+        framesPerAddress(addresses, in: state).map { Array($0.joined()) }
+    }
+
+    /// The frames of each of `addresses` (the first the interrupted instruction), if every one is
+    /// cached in `state`.
+    private static func framesPerAddress(_ addresses: [UInt64], in state: State) -> [[StackFrame]]? {
+        var frames: [[StackFrame]] = []
+        frames.reserveCapacity(addresses.count)
         for (index, address) in addresses.enumerated() {
             guard let known = state.cache[Key(address: address, isProgramCounter: index == 0)] else { return nil }
-            frames += known
+            frames.append(known)
         }
         return frames
     }
@@ -183,18 +208,38 @@ final class Symbolicator: Sendable {
         state.locked { state in Self.cached(addresses, in: state) }
     }
 
-    /// Resolves on the calling thread (the symbolication thread, but in a forked child).
+    /// Resolves on the calling thread (the symbolication thread, but in a forked child). The
+    /// addresses in images already read first, cached at once (microseconds), then the others
+    /// (a library's line tables not read yet take from tens of milliseconds to seconds): what
+    /// ``nameFrames(for:patience:)`` finds of them meanwhile.
     private func resolveHere(_ addresses: [UInt64]) -> [StackFrame] {
-        resolve(addresses, in: state, options: [.showInlineFrames, .showSourceLocations, .useSymbolCache])
+        let options: Backtrace.SymbolicationOptions = [.showInlineFrames, .showSourceLocations, .useSymbolCache]
+        let inReadImages = state.locked { state -> [Int] in
+            guard let images = state.images else { return [] }
+            return addresses.indices.filter { index in
+                images.indexOfImage(at: Backtrace.Address(addresses[index])).map { state.readImages.contains(UInt64(images[$0].baseAddress) ?? 0) } ?? false
+            }
+        }
+        if !inReadImages.isEmpty, inReadImages.count < addresses.count {
+            resolve(inReadImages.map { (address: addresses[$0], isProgramCounter: $0 == 0) }, in: state, options: options)
+        }
+        return resolve(addresses, in: state, options: options)
     }
 
     /// Resolves what `lock`'s cache lacks of `addresses`, then returns their frames. The lock is
     /// not held while the runtime reads the tables (up to seconds): a caller that only looks in
     /// the cache never waits for a resolution.
     private func resolve(_ addresses: [UInt64], in lock: ForkSafeLock<State>, options: Backtrace.SymbolicationOptions) -> [StackFrame] {
+        resolve(addresses.enumerated().map { (address: $1, isProgramCounter: $0 == 0) }, in: lock, options: options)
+        return lock.locked { state in Self.cached(addresses, in: state) } ?? []
+    }
+
+    /// Resolves what `lock`'s cache lacks of `entries` into it.
+    private func resolve(
+        _ entries: [(address: UInt64, isProgramCounter: Bool)], in lock: ForkSafeLock<State>, options: Backtrace.SymbolicationOptions
+    ) {
         let (missing, imageMap) = lock.locked { state -> ([(address: UInt64, isProgramCounter: Bool)], ImageMap?) in
-            let missing = addresses.enumerated().filter { state.cache[Key(address: $1, isProgramCounter: $0 == 0)] == nil }
-                .map { (address: $1, isProgramCounter: $0 == 0) }
+            let missing = entries.filter { state.cache[Key(address: $0.address, isProgramCounter: $0.isProgramCounter)] == nil }
             return (missing, missing.isEmpty ? nil : self.images(covering: missing.map(\.address), &state))
         }
         if let imageMap {
@@ -204,6 +249,7 @@ final class Symbolicator: Sendable {
                 if state.cache.count + resolved.count > 100_000 { state.cache.removeAll(keepingCapacity: true) }
                 if state.functionFiles.count > 100_000 { state.functionFiles.removeAll(keepingCapacity: true) }
                 state.cache.merge(resolved) { _, new in new }
+                for entry in missing { state.readImages.insert(Self.imageBase(entry.address, imageMap).base) }
                 guard withFiles else { return }
                 for frame in resolved.values.joined() where !frame.inlined {
                     guard let symbol = frame.symbol, let file = frame.file else { continue }
@@ -212,7 +258,6 @@ final class Symbolicator: Sendable {
                 }
             }
         }
-        return lock.locked { state in Self.cached(addresses, in: state) } ?? []
     }
 
     /// Images as they are now; captured again (at most once a second) when an address lies in

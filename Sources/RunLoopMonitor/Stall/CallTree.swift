@@ -111,11 +111,32 @@ public struct CallTree: Sendable, Hashable {
         if let module = frame.module, module == "Swift" || module == "__C" || module.hasPrefix("_") || libraryModules.contains(module) {
             return false
         }
-        guard let file = frame.file else { return true }
+        guard let file = frame.file else { return !isCompilerWrittenName(symbol) }
         if file.contains("/swift/stdlib/") || file.contains(Symbolicator.generatedFile) || file.hasPrefix("/usr/") { return false }
         for module in libraryModules where file.contains("/Sources/\(module)/") { return false }
         return true
     }
+
+    /// Whether a function known by its name only (no line information: a stall's first report made
+    /// before its line tables were read) is one the compiler writes: a value witness, an outlined
+    /// copy, a thunk, or a requirement a derived conformance implements (`encode(to:)`,
+    /// `init(from:)`, `hash(into:)`, `==`). The last cannot be told from a hand-written one by name,
+    /// and counts as the compiler's until the line tables say otherwise: a stall in a hand-written
+    /// `encode(to:)` is then blamed on the application's code that called the encoder.
+    static func isCompilerWrittenName(_ symbol: String) -> Bool {
+        var name = Substring(symbol)
+        if name.hasPrefix("specialized ") { name = name.dropFirst("specialized ".count) }
+        if compilerWrittenPrefixes.contains(where: { name.hasPrefix($0) }) || name.contains("__derived_") { return true }
+        return derivableRequirementSuffixes.contains { name.hasSuffix($0) } || name.contains(".== infix(")
+    }
+
+    static let compilerWrittenPrefixes = [
+        "outlined ", "initializeWithCopy for ", "initializeWithTake for ", "assignWithCopy for ", "assignWithTake for ",
+        "destroy for ", "initializeBufferWithCopyOfBuffer for ", "storeEnumTagSinglePayload for ", "getEnumTagSinglePayload for ",
+        "value witness ", "type metadata accessor for ", "lazy protocol witness table accessor for ", "protocol witness for ",
+        "reabstraction thunk ", "thunk for ", "merged ",
+    ]
+    static let derivableRequirementSuffixes = [".encode(to:)", ".init(from:)", ".hash(into:)", ".hashValue.getter"]
 
     /// Whether `image` (a path) is a system or toolchain library.
     static func isSystemImage(_ image: String) -> Bool {

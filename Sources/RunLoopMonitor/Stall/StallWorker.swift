@@ -154,7 +154,7 @@ final class StallWorker: @unchecked Sendable {
     {
         let threadID = snapshot.threadID
         var sampler = StackSampler(threadID: threadID)
-        guard sampler.sample(timeout: captureTimeout) else {  // the thread is gone
+        guard sampler.sampleFirst(timeout: captureTimeout) else {  // the thread is gone
             return watch.detector.began(false, reported: false, at: now)
         }
         if let error = sampler.lastError { monitor.noteCaptureError(error, watch.source, threadID: threadID) }

@@ -75,8 +75,9 @@ struct OptimizedBlameTests {
 /// Names carry no file, so a function the compiler wrote in the application's image (a synthesized
 /// `Equatable`/`Codable` conformance, which the line tables give as `<compiler-generated>`) looked
 /// like the application's code: the stall server's JSON handler was counted under
-/// `Record.encode(to:)`. A function's file is the same at all its addresses, so once a full
-/// resolution has seen the function, names borrow its file.
+/// `Record.encode(to:)`. Now a name the compiler writes, or a requirement a derived conformance
+/// implements, is not the application's code without a file; an address resolved in full keeps
+/// its full frames; and a function's other addresses borrow its file.
 struct NamesBorrowFunctionFilesTests {
     struct Inner: Equatable {
         static func == (lhs: Inner, rhs: Inner) -> Bool {
@@ -104,23 +105,74 @@ struct NamesBorrowFunctionFilesTests {
         func synthesized(_ frames: [StackFrame]) -> StackFrame? {
             frames.first { ($0.symbol ?? "").contains("Record.__derived_struct_equals") }
         }
-        // Before any full resolution of these addresses: the name alone, no file.
+        // Before any full resolution of these addresses: the name alone, no file, and the name
+        // says the compiler wrote it.
         let named = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60)))
         let before = try #require(synthesized(named), "no frame of Record.== in \(named.map { $0.symbol ?? "?" })")
         #expect(before.file == nil)
+        #expect(!CallTree.isApplicationCode(before))
         // The full frames say what the compiler wrote...
         let full = try #require(synthesized(Symbolicator.shared.frames(for: addresses)))
         #expect(full.file?.contains(Symbolicator.generatedFile) == true)
         #expect(!CallTree.isApplicationCode(full))
-        // ...and the names now say it too.
+        // ...names of those addresses are now their full frames...
         let renamed = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60)))
-        let after = try #require(synthesized(renamed))
-        #expect(after.file == full.file)
-        #expect(after.line == nil)
-        #expect(!CallTree.isApplicationCode(after))
-        // The test's own `Inner.==` keeps its real file once seen.
-        let own = try #require(Symbolicator.shared.nameFrames(for: addresses, patience: .seconds(60))?.first { ($0.symbol ?? "").contains("Inner.== infix") })
+        #expect(synthesized(renamed)?.file == full.file)
+        // ...and another address of the same function (one byte on: the same function, never
+        // resolved in full) borrows the function's file, without a line.
+        let index = try #require(addresses.indices.dropFirst().first { index in
+            synthesized(Symbolicator.shared.nameFrames(for: [addresses[index]], patience: .seconds(60)) ?? []) != nil
+        })
+        let other = try #require(Symbolicator.shared.nameFrames(for: [addresses[0], addresses[index] + 1], patience: .seconds(60)))
+        let borrowed = try #require(synthesized(Array(other.dropFirst())))
+        #expect(borrowed.file == full.file)
+        #expect(borrowed.line == nil)
+        // The test's own `Inner.==` keeps its real file.
+        let own = try #require(renamed.first { ($0.symbol ?? "").contains("Inner.== infix") })
         #expect(own.file?.hasSuffix("OptimizedBlameTests.swift") == true)
         #expect(CallTree.isApplicationCode(own))
+    }
+
+    @Test func namesTheCompilerWrites() {
+        for name in [
+            "outlined copy of Record", "initializeWithCopy for Record", "specialized Record.encode(to:)", "Record.init(from:)",
+            "Key.hash(into:)", "static Record.__derived_struct_equals(_:_:) -> Bool", "protocol witness for Encodable.encode(to:) in conformance Record",
+            "thunk for @escaping @callee_guaranteed () -> ()", "static Record.== infix(_:_:)",
+        ] {
+            #expect(CallTree.isCompilerWrittenName(name), "\(name)")
+        }
+        for name in ["handleHugeJSONEncode()", "Server.encodeEverything(to:)", "closure #1 in Server.routes()", "Record.encoded(to:)"] {
+            #expect(!CallTree.isCompilerWrittenName(name), "\(name)")
+        }
+        // Without a file a name the compiler writes is not the application's code; with a real
+        // file it is whatever its file says.
+        #expect(!CallTree.isApplicationCode(OptimizedBlameTests.frame("Record.encode(to:)", module: "Server")))
+        #expect(CallTree.isApplicationCode(OptimizedBlameTests.frame("Record.encode(to:)", file: "/srv/app/Sources/Server/Record.swift", module: "Server")))
+    }
+}
+
+/// A stall's first report is blamed from one sample: a capture whose unwinding stopped short (an
+/// instruction without unwind information: seen in the Swift runtime under the stall server, a
+/// stack of two `libswiftCore` frames, counted as `unknown`) is taken again.
+struct FirstSampleTests {
+    @Test func aWholeStackReachesItsThreadsEntryAndATruncatedOneDoesNot() throws {
+        ThreadStack.prepareCurrentThread()
+        defer { ThreadStack.forgetCurrentThread() }
+        let own = try ThreadStack.captureAddresses(threadID: ProcessThreads.ownID).addresses
+        #expect(StackSampler.reachesThreadEntry(own))
+        // Two addresses in the Swift runtime's library, nothing below them.
+        let runtime = UInt64(UInt(bitPattern: try #require(dlsym(nil, "swift_retain"))))
+        #expect(!StackSampler.reachesThreadEntry([runtime + 16, runtime + 32]))
+        #expect(!StackSampler.reachesThreadEntry([]))
+    }
+
+    @Test func theFirstSampleOfALiveThreadIsWhole() throws {
+        let thread = PermanentThread(name: "first-sample")
+        defer { thread.stop() }
+        let threadID = thread.loop.threadID
+        var sampler = StackSampler(threadID: threadID)
+        let alive = sampler.sampleFirst(timeout: .seconds(5))
+        #expect(alive)
+        #expect(sampler.sampleCount == 1)
     }
 }
