@@ -10,6 +10,8 @@
 //     MainQueueProbe rlk modes       RunLoopKit's RunLoop.main, same scenario
 //     MainQueueProbe cf activities   the main queue's port checked before sleeping, observed
 //     MainQueueProbe rlk activities  the same on RunLoopKit
+//     MainQueueProbe cf polling      the port checked by passes that poll (a version-0 source)
+//     MainQueueProbe rlk polling     the same on RunLoopKit (polling-pipe: with a descriptor too)
 //     MainQueueProbe rlk coexist     both in one process, each nested in the other
 //
 // It prints one line per event, then "done", and exits 0. Every run is bounded (5 s at most), and
@@ -59,6 +61,20 @@ protocol Engine: Sendable {
     func stop()
     /// CFRunLoopWakeUp on the main loop.
     func wakeUp()
+    /// Adds a version-0 source to `mode` of the main loop; returns a closure that signals it.
+    func addSource0(_ mode: String, _ perform: @escaping @Sendable () -> Void) -> @Sendable () -> Void
+}
+
+/// A version-0 source's perform callback, reached through CF's context `info` (owned by the source).
+final class Source0Box: Sendable {
+    let perform: @Sendable () -> Void
+    init(_ perform: @escaping @Sendable () -> Void) { self.perform = perform }
+}
+
+/// CoreFoundation's sources are not Sendable in Swift's eyes; CFRunLoopSourceSignal is
+/// documented thread-safe, and the probe signals from the main thread only.
+struct CFSourceHandle: @unchecked Sendable {
+    let source: CFRunLoopSource
 }
 
 func cfMode(_ name: String) -> CFRunLoopMode {
@@ -93,6 +109,16 @@ struct CFEngine: Engine {
     func runUntilStopped() { CFRunLoopRun() }
     func stop() { CFRunLoopStop(CFRunLoopGetMain()) }
     func wakeUp() { CFRunLoopWakeUp(CFRunLoopGetMain()) }
+    func addSource0(_ mode: String, _ perform: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        var context = CFRunLoopSourceContext()
+        context.version = 0
+        context.info = Unmanaged.passRetained(Source0Box(perform)).toOpaque()
+        context.release = { info in Unmanaged<Source0Box>.fromOpaque(info!).release() }
+        context.perform = { info in Unmanaged<Source0Box>.fromOpaque(info!).takeUnretainedValue().perform() }
+        let handle = CFSourceHandle(source: CFRunLoopSourceCreate(kCFAllocatorDefault, 0, &context))
+        CFRunLoopAddSource(CFRunLoopGetMain(), handle.source, cfMode(mode))
+        return { CFRunLoopSourceSignal(handle.source) }
+    }
 }
 
 struct RunLoopKitEngine: Engine {
@@ -118,6 +144,11 @@ struct RunLoopKitEngine: Engine {
     func runUntilStopped() { RunLoop.main.run() }
     func stop() { RunLoop.main.stop() }
     func wakeUp() { RunLoop.main.wakeUp() }
+    func addSource0(_ mode: String, _ perform: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        let source = RunLoopSource(perform: perform)
+        RunLoop.main.add(source, forMode: self.mode(mode))
+        return { source.signal() }
+    }
 }
 
 // MARK: - Scenarios
@@ -218,6 +249,49 @@ func activities(_ engine: any Engine) {
     trace("-> \(engine.run("default", seconds: 0.2, returnAfterSourceHandled: false))")
 }
 
+/// Passes that poll (a version-0 source was handled) check the main queue's port too: work queued
+/// during such a pass is served by the pass alone, and a timer that came due meanwhile fires the
+/// pass after (CoreFoundation's `goto handle_msg` skips the pass's timers and other ports).
+/// `pipe`: RunLoopKit only, a descriptor made readable in the same pass is handled the pass after.
+func polling(_ engine: any Engine, pipe: Bool = false) {
+    engine.traceActivities("default")
+    let performed = Mutex(0)
+    let descriptors = Mutex<(read: Int32, write: Int32)?>(nil)
+    if pipe {
+        var ends: [Int32] = [0, 0]
+        precondition(Glibc.pipe(&ends) == 0, "pipe failed")
+        descriptors.locked { $0 = (ends[0], ends[1]) }
+        let source = try! FileDescriptorSource(descriptor: ends[0], watching: .readable) { source, _ in
+            var byte: UInt8 = 0
+            _ = read(source.descriptor, &byte, 1)
+            trace("  pipe readable")
+        }
+        RunLoop.main.add(source, forMode: .default)
+    }
+    let signal = Mutex<(@Sendable () -> Void)?>(nil)
+    let signalSource = engine.addSource0("default") {
+        let count = performed.locked { $0 += 1; return $0 }
+        trace("  source performed (\(count))")
+        switch count {
+        case 1:
+            signal.locked { $0 }?()  // the next pass polls too
+        case 2:
+            queueBlock("  A")
+            engine.addTimer("default", after: 0) { trace("  timer fired") }
+            if let ends = descriptors.locked({ $0 }) {
+                var byte: UInt8 = 1
+                _ = write(ends.write, &byte, 1)
+            }
+        default:
+            break
+        }
+    }
+    signal.locked { $0 = signalSource }
+    signalSource()
+    trace("run(default, 200 ms)")
+    trace("-> \(engine.run("default", seconds: 0.2, returnAfterSourceHandled: false))")
+}
+
 /// CoreFoundation and RunLoopKit in one process: whichever runs on the main thread serves the
 /// main queue, each nested in the other, and no work is lost or run twice.
 func coexist() {
@@ -287,10 +361,13 @@ case ("cf", "modes"): modes(CFEngine())
 case ("rlk", "modes"): modes(RunLoopKitEngine())
 case ("cf", "activities"): activities(CFEngine())
 case ("rlk", "activities"): activities(RunLoopKitEngine())
+case ("cf", "polling"): polling(CFEngine())
+case ("rlk", "polling"): polling(RunLoopKitEngine())
+case ("rlk", "polling-pipe"): polling(RunLoopKitEngine(), pipe: true)
 case ("rlk", "coexist"): coexist()
 case ("rlk", "identity"): identity()
 default:
-    print("usage: MainQueueProbe cf modes|activities | rlk modes|activities|coexist|identity")
+    print("usage: MainQueueProbe cf modes|activities|polling | rlk modes|activities|polling|polling-pipe|coexist|identity")
     exit(2)
 }
 for line in lines.locked({ $0 }) { print(line) }

@@ -132,6 +132,49 @@ import Testing
         try expectSameAsCoreFoundation("activities", Self.activitiesTrace)
     }
 
+    /// CoreFoundation's trace of `MainQueueProbe cf polling`: a pass that polls (its version-0
+    /// source was handled) checks the main queue's port too, and serves it alone.
+    static let pollingTrace = [
+        "run(default, 200 ms)",
+        "  observer: entry",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  source performed (1)",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  source performed (2)",
+        "  A ran on the main thread",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  timer fired",
+        "  observer: beforeTimers",
+        "  observer: beforeSources",
+        "  observer: beforeWaiting",
+        "  observer: afterWaiting",
+        "  observer: exit",
+        "-> timedOut",
+    ]
+
+    /// A pass that polls instead of sleeping asks the kernel once (for the main queue's port and
+    /// the mode's descriptors together, where it used to ask about the port first): the main
+    /// queue's work queued during the pass is still served by the pass alone, and the timer that
+    /// came due meanwhile fires the pass after, as in CoreFoundation. CoreFoundation first, then
+    /// RunLoopKit, each in its own process: same trace.
+    @Test func aPassThatPollsServesTheMainQueueAloneAsInCoreFoundation() throws {
+        try expectSameAsCoreFoundation("polling", Self.pollingTrace)
+    }
+
+    /// The same on RunLoopKit with a descriptor made readable in that pass: the pass that serves
+    /// the main queue drops the descriptor's event, and the next pass's wait reports it again.
+    @Test func aDescriptorReadyInAPassThatServesTheMainQueueIsHandledThePassAfter() throws {
+        let outcome = try #require(runMainQueueProbe("rlk", "polling-pipe"))
+        var expected = Self.pollingTrace
+        expected.insert("  pipe readable", at: try #require(expected.firstIndex(of: "  timer fired")) + 1)
+        #expect(outcome.lines == expected, "\(outcome.report)")
+    }
+
     /// Both loops in one process: CoreFoundation's main loop run inside a RunLoopKit timer, and
     /// RunLoopKit's inside a CoreFoundation timer. Whichever runs serves the main queue; every
     /// block runs once, on the main thread, and each run returns after serving it.

@@ -204,7 +204,7 @@ extension RunLoop {
 
             let poll = sourceHandled || context.pollOnly
             let source1Handled: Bool
-            if dispatchPortIsReady(&context) {
+            if dispatchPortIsReady(&context, poll: poll) {
                 // CoreFoundation's `goto handle_msg`: the main queue is served at once; no sleep is
                 // announced (no beforeWaiting, no afterWaiting), and timers wait for the next pass.
                 // wakeUp() is ignored from here to the next pass, as after a wait (handle_msg sets
@@ -261,13 +261,42 @@ extension RunLoop {
     /// queue was served in the pass before (`didDispatchPortLastTime`; a run's first pass does not
     /// check either). Work queued on the main queue during a pass (by a timer, a source, a block)
     /// is then served at the next pass without a sleep that observers would see.
+    ///
+    /// A pass that polls rather than sleeps (`poll`) asks the kernel once, for the whole mode, and
+    /// looks for the port among what is ready (`pollForDispatchPort`): one system call a pass
+    /// instead of two, where the main loop spins through passes (GLib's idle sources).
     @inline(__always)
-    private func dispatchPortIsReady(_ context: inout RunContext) -> Bool {
+    private func dispatchPortIsReady(_ context: inout RunContext, poll: Bool) -> Bool {
         guard _slowPath(context.items.dispatchPort != nil) else { return false }
         let servedLastPass = context.servedDispatchPortLastPass
         context.servedDispatchPortLastPass = false
         guard !servedLastPass, let port = context.items.dispatchPort else { return false }
+        if poll, let ready = pollForDispatchPort(port, &context) { return ready }
         return Poll.isReadable(port.descriptor)
+    }
+
+    /// The poll of a pass that will not sleep, made before the main queue's port is checked (the
+    /// pass's wait then takes its answer: `polledThisPass`); whether the port is ready. When it is,
+    /// the pass serves the port alone, as CoreFoundation's does: the other descriptors' events
+    /// are dropped, and the next pass's wait reports them again (level-triggered). Nil where the
+    /// loop does not wait in epoll (no descriptors, virtual time).
+    private func pollForDispatchPort(_ port: FileDescriptorSource, _ context: inout RunContext) -> Bool? {
+        guard let backend, confined.virtualTimePolicy == nil else { return nil }
+        prepareToWait(&context)
+        guard let set = context.items.interestSet, context.items.hasDescriptors else { return nil }
+        context.polledThisPass = true
+        _ = wake.takeRequest()
+        _ = takeWaitOutcome(backend.wait(in: set, blocking: false, into: &context.scratch.kernelEvents))
+        guard !context.scratch.kernelEvents.isEmpty else { return false }
+        let ready = state.locked { state in
+            let mode = state.modes[context.modeIndex]
+            return context.scratch.kernelEvents.contains { mode.descriptorNumbers[$0.tag] == port.descriptor }
+        }
+        if ready {
+            context.scratch.kernelEvents.removeAll(keepingCapacity: true)
+            context.polledThisPass = false
+        }
+        return ready
     }
 
     /// Serves the main queue's port found ready before sleeping, as a version-1 source of the pass.

@@ -15,6 +15,11 @@ extension RunLoop {
     /// How it sleeps is a strategy (WaitStrategies.swift): in epoll (behind the post-wakeup
     /// spin), on a futex while the loop lacks its descriptors, or on virtual time.
     func wait(_ context: inout RunContext, poll: Bool) {
+        if context.polledThisPass {
+            // The pass asked the kernel already, checking the main queue's port: its answer stands.
+            context.polledThisPass = false
+            return
+        }
         prepareToWait(&context)
         if _slowPath(confined.virtualTimePolicy != nil), let policy = confined.virtualTimePolicy {
             return wait(with: VirtualTimeWait(policy: policy), &context, poll: poll)
@@ -63,7 +68,7 @@ extension RunLoop {
     /// Brings the kernel side up to date before a wait: the loop's descriptors opened if it lacks
     /// them, the mode's interest set made (or made anew), and the item lists re-read (observers
     /// just called may have changed them; a nested run may even have made this mode's set anew).
-    private func prepareToWait(_ context: inout RunContext) {
+    func prepareToWait(_ context: inout RunContext) {
         if !hasKernelDescriptors { openKernelDescriptors() }
         refreshItems(&context)
         if context.items.needsInterestSet {

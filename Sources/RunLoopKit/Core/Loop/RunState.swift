@@ -34,6 +34,9 @@ struct RunContext {
     /// `didDispatchPortLastTime`, true when a run starts): that pass's successor does not check it
     /// before sleeping.
     var servedDispatchPortLastPass = true
+    /// Whether this pass has already asked the kernel what is ready (a pass that polls asks once,
+    /// when it checks the main queue's port, and its wait uses that answer).
+    var polledThisPass = false
 }
 
 /// A run's copy of its mode's item lists, valid while ``RunLoop/itemsVersion`` equals `version`.
