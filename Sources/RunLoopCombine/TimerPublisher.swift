@@ -84,15 +84,15 @@ extension RunLoop {
             }
             if let tolerance, tolerance > 0, tolerance.isFinite { timer.tolerance = .seconds(Swift.min(tolerance, 1e9)) }
             state.locked { state in
-                state.timers.append(WeakTimer(timer: timer))
-                state.endings.append(WeakEnding(ending: ending))
+                state.timers.append(Weak(timer))
+                state.endings.append(Weak(ending))
             }
             runLoop.add(timer, forMode: mode)
             return Connection(publisher: self)
         }
 
         fileprivate func disconnect() {
-            let (timers, endings) = state.locked { state -> ([WeakTimer], [WeakEnding]) in
+            let (timers, endings) = state.locked { state -> ([Weak<RunLoopTimer>], [Weak<EndsWithLoop>]) in
                 defer {
                     state.timers.removeAll()
                     state.endings.removeAll()
@@ -100,8 +100,8 @@ extension RunLoop {
                 return (state.timers, state.endings)
             }
             // Cancelled, not ended by the loop: the subscribers are not finished.
-            for ending in endings { ending.ending?.disarm() }
-            for timer in timers { timer.timer?.invalidate() }
+            for ending in endings { ending.value?.disarm() }
+            for timer in timers { timer.value?.invalidate() }
         }
 
         /// The loop let go of a connection's timer without its being cancelled: its thread exited.
@@ -129,7 +129,7 @@ extension RunLoop {
         }
 
         deinit {
-            for timer in state.locked({ $0.timers }) { timer.timer?.invalidate() }
+            for timer in state.locked({ $0.timers }) { timer.value?.invalidate() }
         }
     }
 }
@@ -139,17 +139,9 @@ private struct PublisherState: ~Copyable {
     /// Weak: only the loop keeps a connection's timer, so that when the loop lets go of it (its
     /// thread exited, or had exited when it was added), its handler and the ``EndsWithLoop`` in
     /// it go, and the subscribers are finished.
-    var timers: [WeakTimer] = []
+    var timers: [Weak<RunLoopTimer>] = []
     /// Weak too: the timer's handler is what keeps each alive.
-    var endings: [WeakEnding] = []
-}
-
-private struct WeakTimer {
-    weak var timer: RunLoopTimer?
-}
-
-private struct WeakEnding {
-    weak var ending: EndsWithLoop?
+    var endings: [Weak<EndsWithLoop>] = []
 }
 
 /// Lives in a connection's timer handler: when the loop lets go of the handler while the

@@ -135,11 +135,7 @@ final class TickSlot: Sendable {
     /// The one source made for this slot's loop (several `watch` calls share it); changes of the
     /// slot's owner are made under this lock. Weak: the source holds the slot, and the loop holds
     /// the delegate that holds the slot.
-    let owner = Mutex(WeakSource())
-
-    struct WeakSource {
-        weak var source: NIOEventLoopStallSource?
-    }
+    let owner = Mutex(Weak<NIOEventLoopStallSource>())
 
     /// Makes the calling thread the slot's owner if it is not already, for loop `id` (nil when
     /// the slot no longer belongs to that loop); returns the generation it owns. Loop's thread.
@@ -167,7 +163,7 @@ final class TickSlot: Sendable {
         owner.locked { owner in
             guard pthread.load(ordering: .relaxed) == thread else { return }  // taken over since
             generation.add(1, ordering: .relaxed)
-            owner.source = nil
+            owner.value = nil
             wait.forget()
             lastTickEndNs.store(0, ordering: .relaxed)
             threadID.store(0, ordering: .relaxed)
@@ -358,9 +354,9 @@ extension StallMonitor {
             // once; two monitors share it); a source made for a freed loop at this address is not
             // this loop's.
             source = slot.owner.locked { made in
-                if let existing = made.source, existing.isSource(of: loop) { return existing }
+                if let existing = made.value, existing.isSource(of: loop) { return existing }
                 let new = NIOEventLoopStallSource(loop: loop, slot: slot)
-                made.source = new
+                made.value = new
                 return new
             }
         } else {

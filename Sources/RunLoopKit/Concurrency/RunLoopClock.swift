@@ -97,16 +97,11 @@ final class LoopSleeper: @unchecked Sendable {
     private enum State {
         case idle
         case waiting(UnsafeContinuation<Void, any Error>)
-        case scheduled(UnsafeContinuation<Void, any Error>, WeakTimer)
+        case scheduled(UnsafeContinuation<Void, any Error>, Weak<RunLoopTimer>)
         case cancelledEarly
         case finished
     }
 
-    /// Weak: only the loop keeps the timer, so that when the loop lets go of it without firing it
-    /// (its thread exited and tore it down), its handler, and the ``EndsWithTimer`` in it, go.
-    struct WeakTimer {
-        weak var timer: RunLoopTimer?
-    }
 
     /// Lives in the timer's handler: when the loop lets go of the handler, the sleep ends (a
     /// no-op once it has ended: fired or cancelled).
@@ -157,7 +152,7 @@ final class LoopSleeper: @unchecked Sendable {
         let timer = RunLoopTimer(fireAt: deadline, tolerance: tolerance) { _ in ending.sleeper.fire() }
         let added = state.locked { state -> Bool in
             guard case .waiting(let continuation) = state else { return false }
-            state = .scheduled(continuation, WeakTimer(timer: timer))
+            state = .scheduled(continuation, Weak(timer))
             return true
         }
         if added { loop.add(timer, forMode: .common) }
@@ -186,7 +181,7 @@ final class LoopSleeper: @unchecked Sendable {
                 return (continuation, nil)
             case .scheduled(let continuation, let weakTimer):
                 state = .finished
-                return (continuation, weakTimer.timer)
+                return (continuation, weakTimer.value)
             case .cancelledEarly, .finished:
                 return (nil, nil)
             }

@@ -96,10 +96,10 @@ extension RunLoopTimer {
         target: Target,
         handler: @escaping @Sendable (Target, RunLoopTimer) -> Void
     ) {
-        let reference = WeakReference(target)
+        let reference = Weak(target)
         self.init(after: delay, repeating: repeating, tolerance: tolerance) { timer in
             // The strong reference lives only for the call.
-            guard let target = reference.object else {
+            guard let target = reference.value else {
                 timer.invalidate()
                 return
             }
@@ -108,8 +108,3 @@ extension RunLoopTimer {
     }
 }
 
-/// A weak reference that can cross threads.
-final class WeakReference<Object: AnyObject & Sendable>: Sendable {
-    weak let object: Object?
-    init(_ object: Object) { self.object = object }
-}

@@ -27,7 +27,7 @@ public final class CommitCoalescer: Sendable {
     /// The observer order of the commit.
     public let order: Int
 
-    private let core: Core
+    private let core: Committer
 
     /// A coalescer committing on `loop` in `modes` at `order`.
     ///
@@ -36,7 +36,7 @@ public final class CommitCoalescer: Sendable {
         require(!modes.isEmpty, "CommitCoalescer needs at least one mode")
         self.loop = loop
         self.order = order
-        let core = Core(loop: loop, modes: modes)
+        let core = Committer(loop: loop, modes: modes)
         self.core = core
         let detach = DetachSignal { [core] in core.detached() }
         let observer = RunLoopObserver(activities: [.beforeWaiting, .exit], order: order) { [core] _, _ in
@@ -115,7 +115,8 @@ extension CommitCoalescer {
         }
     }
 
-    final class Core: Sendable {
+    /// What the loop's observer holds: the pending commits and their runs (LoopAttachment.swift).
+    final class Committer: Sendable {
         weak let loop: RunLoop?
         let running: LoopOnItsThread
         let state = Mutex(State())

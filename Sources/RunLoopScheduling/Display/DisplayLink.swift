@@ -48,7 +48,7 @@ public final class DisplayLink: Sendable {
     /// link is invalid from the start.
     public let creationError: Errno?
 
-    private let core: Core
+    private let core: Ticker
 
     /// A display link calling `handler` `framesPerSecond` times a second on `loop`, in `modes`.
     /// The first frame is due one frame duration from now.
@@ -69,12 +69,12 @@ public final class DisplayLink: Sendable {
         do throws(Errno) {
             timer = try PeriodicTimerDescriptor()
         } catch {
-            self.core = Core(interval: interval, timer: nil, handler: handler)
+            self.core = Ticker(interval: interval, timer: nil, handler: handler)
             self.core.state.locked { $0.valid = false }
             creationError = error
             return
         }
-        let core = Core(interval: interval, timer: timer, handler: handler)
+        let core = Ticker(interval: interval, timer: timer, handler: handler)
         self.core = core
         do throws(Errno) {
             let detach = DetachSignal { [core] in core.detached() }
@@ -140,7 +140,8 @@ extension DisplayLink {
         var skippedInHandler: Int64 = 0
     }
 
-    final class Core: Sendable {
+    /// What the loop's descriptor source holds: the timerfd, the frame grid and the handlers.
+    final class Ticker: Sendable {
         let interval: Int64
         let state: Mutex<State>
         let source = Mutex(Weak<FileDescriptorSource>())
@@ -213,8 +214,9 @@ extension DisplayLink {
                     state.expirationsSinceArm = 0
                     try timer.arm(firstNanoseconds: state.origin + next * interval, intervalNanoseconds: interval)
                 } catch {
-                    // Only a bad descriptor or bad values fail here, neither possible while open.
-                    assertionFailure("DisplayLink: timerfd_settime failed: \(error)")
+                    // Only a bad descriptor or bad values fail here, neither possible while open:
+                    // a bug of this module's, and a display link that would never tick again.
+                    fatalPrecondition(false, "RunLoopScheduling: DisplayLink cannot arm its timerfd: \(error)")
                 }
             }
         }

@@ -64,7 +64,7 @@ public final class FrameRateMonitor: Sendable {
     /// The window length.
     public let window: Duration
 
-    private let core: Core
+    private let core: FrameCounter
 
     /// Watches `link`'s frames; `report` (if any) is called on the link's loop at the end of each
     /// window.
@@ -75,7 +75,7 @@ public final class FrameRateMonitor: Sendable {
         requirePositive(window, "FrameRateMonitor window")
         self.label = label
         self.window = window
-        let core = Core(window: window, label: label, report: report)
+        let core = FrameCounter(window: window, label: label, report: report)
         self.core = core
         link.addListener { [core] frame in core.record(frame) }
     }
@@ -95,7 +95,8 @@ extension FrameRateMonitor {
         var last: Report?
     }
 
-    final class Core: Sendable {
+    /// What the display link's listener holds: the frame windows and their reports.
+    final class FrameCounter: Sendable {
         let window: Duration
         let state = Mutex(State())
         let report: (@Sendable (Report) -> Void)?

@@ -102,7 +102,7 @@ public final class IdleTaskQueue: Sendable {
     /// The most tasks queued; past it the oldest is dropped.
     public let capacity: Int
 
-    private let core: Core
+    private let core: Runner
 
     /// A queue of idle tasks for `loop`'s `modes`.
     ///
@@ -118,7 +118,7 @@ public final class IdleTaskQueue: Sendable {
         self.modes = modes
         self.budget = budget
         self.capacity = capacity
-        let core = Core(loop: loop, modes: modes, budget: budget, capacity: capacity)
+        let core = Runner(loop: loop, modes: modes, budget: budget, capacity: capacity)
         self.core = core
         // Only the loop holds the observer: when it lets go (invalidate, thread exit), the
         // observer's closure and its DetachSignal go, and the signal drops the queued tasks.
@@ -172,12 +172,13 @@ public final class IdleTaskQueue: Sendable {
 }
 
 extension IdleTaskQueue {
-    typealias Task = @Sendable (IdleDeadline) -> IdleTaskResult
+    /// A queued task: what `enqueue` takes.
+    typealias Work = @Sendable (IdleDeadline) -> IdleTaskResult
 
     struct Entry: Sendable {
         let key: Key?
         let timeout: Duration?
-        let task: Task
+        let task: Work
     }
 
     struct State: ~Copyable {
@@ -233,8 +234,8 @@ extension IdleTaskQueue {
         static func < (a: Deadline, b: Deadline) -> Bool { (a.at, a.sequence) < (b.at, b.sequence) }
     }
 
-    /// What the loop's observer and timer hold: everything but the public object.
-    final class Core: Sendable {
+    /// What the loop's observer and timer hold: the queued tasks and their budget.
+    final class Runner: Sendable {
         weak let loop: RunLoop?
         let modes: [RunLoop.Mode]
         let budget: Duration
@@ -260,7 +261,7 @@ extension IdleTaskQueue {
             pending.isPending = state.valid && !state.inPeriod && !state.live.isEmpty
         }
 
-        func enqueue(key: Key?, timeout: Duration?, _ task: @escaping Task) -> Bool {
+        func enqueue(key: Key?, timeout: Duration?, _ task: @escaping Work) -> Bool {
             guard let loop, !loop.hasThreadExited else { return false }
             var released: [Entry] = []
             let (accepted, wake, rearm) = state.locked { state -> (Bool, Bool, Bool) in

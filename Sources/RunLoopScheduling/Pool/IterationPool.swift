@@ -47,7 +47,7 @@ public final class IterationPool: Sendable {
     /// The order of the `beforeWaiting` and `exit` observer that drains (and at exit pops) it.
     public let popOrder: Int
 
-    private let core: Core
+    private let core: Drainer
 
     /// A pool drained by `loop`'s iterations in `modes` (the common modes by default): runs in
     /// other modes neither push a level nor drain. `pushOrder` and `popOrder` place its two
@@ -60,7 +60,7 @@ public final class IterationPool: Sendable {
         self.loop = loop
         self.pushOrder = pushOrder
         self.popOrder = popOrder
-        let core = Core(loop: loop, modes: modes)
+        let core = Drainer(loop: loop, modes: modes)
         self.core = core
         let detach = DetachSignal { [core] in core.detached() }
         let push = RunLoopObserver(activities: .entry, order: pushOrder) { [core] _, _ in
@@ -71,7 +71,7 @@ public final class IterationPool: Sendable {
             detach.keepAlive()
             core.drain(popping: activity == .exit)
         }
-        core.observers.locked { $0 = [Weak(value: push), Weak(value: pop)] }
+        core.observers.locked { $0 = [Weak(push), Weak(pop)] }
         loop.add(push, forModes: modes)
         loop.add(pop, forModes: modes)
     }
@@ -138,7 +138,8 @@ extension IterationPool {
         }
     }
 
-    final class Core: Sendable {
+    /// What the loop's observers hold: the pooled items and their release (LoopAttachment.swift).
+    final class Drainer: Sendable {
         weak let loop: RunLoop?
         let running: LoopOnItsThread
         let state = Mutex(State())

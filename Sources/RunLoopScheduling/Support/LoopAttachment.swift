@@ -1,6 +1,13 @@
 import RunLoopKit
 import Synchronization
 
+// How a scheduling object meets its loop. Each public type (CommitCoalescer, DisplayLink,
+// FrameRateMonitor, IterationPool, IdleTaskQueue) is a thin class over a nested one that the
+// loop's items hold (Committer, Ticker, FrameCounter, Drainer, Runner): the loop keeps the nested part
+// alive as long as it keeps the items, while the public object's `deinit` invalidates them. The
+// items are held weakly everywhere else (`Weak`, from RunLoopKit), and a `DetachSignal` in their
+// handlers tells when the loop has let go of all of them.
+
 /// Runs `action` once, when the last reference to it goes: put one in the handler closure of every
 /// item a scheduling object adds to a loop, and it runs when the loop has let go of all of them,
 /// after `invalidate()` or when the loop's thread exits (its teardown removes every item).
@@ -16,11 +23,6 @@ final class DetachSignal: Sendable {
     deinit { action() }
 }
 
-/// A weak reference, for the items a scheduling object adds to its loop: only the loop may keep
-/// them alive, or its letting go could never be noticed (see ``DetachSignal``).
-struct Weak<Object: AnyObject & Sendable>: Sendable {
-    weak var value: Object?
-}
 
 extension RunLoop {
     /// Adds `observer` to each of `modes`.
@@ -29,10 +31,10 @@ extension RunLoop {
     }
 }
 
-/// Stops the process with `message` when `condition` is false: a precondition whose message is
-/// printed in optimized builds too (`precondition` drops it there).
-func require(_ condition: Bool, _ message: @autoclosure () -> String) {
-    if !condition { fatalError("RunLoopScheduling: " + message()) }
+/// Stops the process with `message` when `condition` is false, in optimized builds too
+/// (RunLoopKit's `fatalPrecondition`, the module's name in front).
+func require(_ condition: Bool, _ message: @autoclosure () -> String, file: StaticString = #file, line: UInt = #line) {
+    fatalPrecondition(condition, "RunLoopScheduling: " + message(), file: file, line: line)
 }
 
 /// Stops the process when `value` is not above zero, naming `what`.

@@ -337,30 +337,10 @@ extension RunLoop {
         if hasOlder {
             // Blocks kept from earlier passes (for other modes) are older than the inbox's.
             swap(&confined.blocks, &context.scratch.blocks)
-            while let block = context.scratch.blocks.popFirst() {
-                if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
-                    if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
-                    calloutBegins(.block, label: 0)
-                    block.run(on: self)
-                    calloutEnds()
-                    if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
-                } else {
-                    context.scratch.otherModes.append(block)
-                }
-            }
+            while let block = context.scratch.blocks.popFirst() { runOrKeep(block, modeIsCommon: modeIsCommon, &context) }
         }
         if let batch {
-            while let block = batch.popFirst() {
-                if block.runs(in: context.mode, modeIsCommon: modeIsCommon) {
-                    if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
-                    calloutBegins(.block, label: 0)
-                    block.run(on: self)
-                    calloutEnds()
-                    if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
-                } else {
-                    context.scratch.otherModes.append(block)
-                }
-            }
+            while let block = batch.popFirst() { runOrKeep(block, modeIsCommon: modeIsCommon, &context) }
             context.scratch.spareBatch = batch
         }
         if !context.scratch.otherModes.isEmpty {
@@ -368,6 +348,20 @@ extension RunLoop {
             confined.blocks.prepend(contentsOf: context.scratch.otherModes)
             context.scratch.otherModes.removeAll(keepingCapacity: true)
         }
+    }
+
+    /// Runs `block` if it is for the run's mode; else keeps it, in order, for a later pass.
+    @inline(__always)
+    private func runOrKeep(_ block: PendingBlock, modeIsCommon: Bool, _ context: inout RunContext) {
+        guard block.runs(in: context.mode, modeIsCommon: modeIsCommon) else {
+            context.scratch.otherModes.append(block)
+            return
+        }
+        if _slowPath(context.pass.tracing) { traceBlockBegin(&context) }
+        calloutBegins(.block, label: 0)
+        block.run(on: self)
+        calloutEnds()
+        if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
     }
 
     /// Moves the blocks other threads performed into the loop's own queue, in order.
