@@ -48,13 +48,14 @@ struct StackSampler {
         return (name, String(decoding: symbol.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
     }
 
-    /// Whether a captured stack was unwound to the thread's entry: one of its two outermost frames
-    /// is in the C library (`start_thread` and `clone3` for a thread it started;
-    /// `__libc_start_main` below `_start` for the main thread). An unwinder that meets an
-    /// instruction without unwind information stops there: seen in the Swift runtime, a stack of
-    /// two frames that names none of the code that called it.
+    /// Whether a captured stack was unwound to the thread's entry: three frames at least (the
+    /// entry, the thread's body, what it runs), one of the two outermost in the C library
+    /// (`start_thread` and `clone3` for a thread it started; `__libc_start_main` below `_start`
+    /// for the main thread). An unwinder that meets an instruction without unwind information
+    /// stops there: seen in the Swift runtime (two frames) and in the C library's `free` (one),
+    /// stacks that name none of the code that called them.
     static func reachesThreadEntry(_ stack: [UInt64]) -> Bool {
-        stack.suffix(2).contains { address in imageAndSymbol(of: address)?.image.hasPrefix("libc.so") ?? false }
+        stack.count >= 3 && stack.suffix(2).contains { address in imageAndSymbol(of: address)?.image.hasPrefix("libc.so") ?? false }
     }
 
     static let sanitizerPrefixes = ["__asan", "__tsan", "__sanitizer", "__interceptor", "___interceptor", "__lsan", "__ubsan"]

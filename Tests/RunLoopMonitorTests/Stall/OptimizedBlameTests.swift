@@ -164,11 +164,22 @@ struct FirstSampleTests {
         let runtime = UInt64(UInt(bitPattern: try #require(dlsym(nil, "swift_retain"))))
         #expect(!StackSampler.reachesThreadEntry([runtime + 16, runtime + 32]))
         #expect(!StackSampler.reachesThreadEntry([]))
+        // One frame in the C library (an unwinder stopped in `free`): not the thread's entry.
+        let free = UInt64(UInt(bitPattern: try #require(dlsym(nil, "free"))))
+        #expect(!StackSampler.reachesThreadEntry([free + 16]))
     }
 
     @Test func theFirstSampleOfALiveThreadIsWhole() throws {
         let thread = PermanentThread(name: "first-sample")
         defer { thread.stop() }
+        // A thread started from a Swift Testing thread inherits its blocked signals: unblock the
+        // capture's there, then sample it parked or running.
+        let prepared = DispatchSemaphore(value: 0)
+        try thread.execute {
+            ThreadStack.prepareCurrentThread()
+            prepared.signal()
+        }
+        prepared.wait()
         let threadID = thread.loop.threadID
         var sampler = StackSampler(threadID: threadID)
         let alive = sampler.sampleFirst(timeout: .seconds(5))
