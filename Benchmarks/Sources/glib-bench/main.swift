@@ -7,6 +7,11 @@
 //     glib-bench plain      the same idle under g_main_loop_run on the default context
 //     glib-bench bridge-thread, plain-thread
 //                           the same two on a thread of its own, with a context of its own
+//     glib-bench alternate  bridge and plain in one process, alternating 200 ms windows, 7 rounds,
+//                           on the main thread and then on a thread of its own: the medians of
+//                           each, and the median of each round's bridge / plain (a process's own
+//                           speed, which differs by up to a third between two processes of one
+//                           binary on this machine, cancels out of that ratio)
 //     glib-bench describe   RunLoop.calloutDetail(of:) from another thread while the main thread is
 //                           in a GLib callback (the bridge's describer reads the source's name) and
 //                           on a loop with no describer: ns per call
@@ -87,6 +92,88 @@ func plain() {
     let elapsed = ContinuousClock.now - start
     print("dispatches_per_s=\(Double(counter.count) / elapsed.inSeconds)")
     g_main_loop_unref(loop)
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+}
+
+/// The bridge and GLib's loop in turns on one context, in this process and on this thread: per
+/// round, a bridge window and a plain window.
+func alternateWindows(context: OpaquePointer?, loop: RunLoop, suffix: String) {
+    let rounds = 7
+    let window: Duration = .milliseconds(200)
+    var bridged: [Double] = []
+    var plained: [Double] = []
+    var ratios: [Double] = []
+    for round in 0..<rounds {
+        // Who goes first alternates, so that neither always follows the other.
+        let b: Double
+        let p: Double
+        if round % 2 == 0 {
+            b = bridgeWindow(context: context, loop: loop, window: window)
+            p = plainWindow(context: context, window: window)
+        } else {
+            p = plainWindow(context: context, window: window)
+            b = bridgeWindow(context: context, loop: loop, window: window)
+        }
+        bridged.append(b)
+        plained.append(p)
+        ratios.append(b / p)
+    }
+    print("dispatches_per_s\(suffix)=\(median(bridged))")
+    print("plain_dispatches_per_s\(suffix)=\(median(plained))")
+    print("bridge_over_plain\(suffix)=\(median(ratios))")
+}
+
+/// One window of the bridge: attached for it, detached after (the context released).
+func bridgeWindow(context: OpaquePointer?, loop: RunLoop, window: Duration) -> Double {
+    let bridge = try! GLibBridge.attach(to: loop, context: context)
+    loop.run(mode: .default, for: .milliseconds(20))
+    let rate = runIdle(context: context, window: window) { loop.stop() } run: {
+        loop.run(mode: .default, for: .seconds(30))
+    }
+    bridge.invalidate()
+    return rate
+}
+
+/// One window of GLib's own loop on the same context.
+func plainWindow(context: OpaquePointer?, window: Duration) -> Double {
+    let glibLoop = g_main_loop_new(context, 0)!
+    let address = UInt(bitPattern: glibLoop)
+    g_main_context_iteration(context, 0)
+    let rate = runIdle(context: context, window: window) {
+        g_main_loop_quit(OpaquePointer(bitPattern: address))
+    } run: {
+        g_main_loop_run(glibLoop)
+    }
+    g_main_loop_unref(glibLoop)
+    return rate
+}
+
+/// One window of the idle on `context`: attached, run by `run` until it calls `end` after
+/// `window`; dispatches per second.
+func runIdle(context: OpaquePointer?, window: Duration, end: @escaping () -> Void, run: () -> Void) -> Double {
+    let counter = Counter()
+    let (data, function) = idle(counter, end: end)
+    counter.deadline = .now + window
+    let source = g_idle_source_new()!
+    g_source_set_priority(source, G_PRIORITY_DEFAULT)
+    g_source_set_callback(source, function, data, nil)
+    let start = ContinuousClock.now
+    g_source_attach(source, context)
+    run()
+    let elapsed = ContinuousClock.now - start
+    g_source_unref(source)
+    return Double(counter.count) / elapsed.inSeconds
+}
+
+func alternate() {
+    alternateWindows(context: nil, loop: .main, suffix: "")
+    onThread {
+        alternateWindows(context: g_main_context_new(), loop: RunLoop.current, suffix: "_thread")
+    }
 }
 
 /// `calloutDetail(of:)` called 200,000 times from a worker while the main thread spins in a GLib
@@ -196,7 +283,8 @@ case "plain": plain()
 case "bridge-thread": bridgeOnThread()
 case "plain-thread": plainOnThread()
 case "describe": describe()
+case "alternate": alternate()
 default:
-    print("usage: glib-bench bridge|plain|bridge-thread|plain-thread|describe")
+    print("usage: glib-bench bridge|plain|bridge-thread|plain-thread|alternate|describe")
     exit(2)
 }

@@ -396,13 +396,28 @@ extension RunLoop {
     func doSources0(_ context: inout RunContext) -> Bool {
         refreshItems(&context)
         let sources = context.items.sources
+        // Unretained: `sources` holds them for the whole pass. One signalled source (the usual
+        // case) is handled without the list.
+        var first: (source: Unmanaged<RunLoopSource>, stamp: UInt64)?
         var index = 0
         while index < sources.count {
             let source = sources[index]
             index += 1
             let stamp = source.signalStamp.load(ordering: .relaxed)
-            // Unretained: `sources` holds them for the whole pass.
-            if stamp != 0 { context.scratch.signalled.append((Unmanaged.passUnretained(source), stamp)) }
+            guard stamp != 0 else { continue }
+            if first == nil && context.scratch.signalled.isEmpty {
+                first = (Unmanaged.passUnretained(source), stamp)
+                continue
+            }
+            if let moved = first {
+                context.scratch.signalled.append(moved)
+                first = nil
+            }
+            context.scratch.signalled.append((Unmanaged.passUnretained(source), stamp))
+        }
+        if let first {
+            enterPhase(.sources0, &context)
+            return performSource0(first.source.takeUnretainedValue(), &context)
         }
         guard !context.scratch.signalled.isEmpty else { return false }
         enterPhase(.sources0, &context)
@@ -412,18 +427,26 @@ extension RunLoop {
         while index < context.scratch.signalled.count {
             let source = context.scratch.signalled[index].source.takeUnretainedValue()
             index += 1
-            if source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid {
-                if _slowPath(context.pass.tracing) { traceCalloutBegin(source, .sources0, &context) }
-                calloutBegins(.source, label: source.itemLabel.calloutLabel.load(ordering: .relaxed))
-                source.performCallout()
-                calloutEnds()
-                if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
+            if performSource0(source, &context) {
                 handled = true
                 if context.returnAfterSourceHandled { break }
             }
         }
         context.scratch.signalled.removeAll(keepingCapacity: true)
         return handled
+    }
+
+    /// Calls `source` out if it is still signalled and valid (an earlier callout of the pass may
+    /// have handled or cancelled it); returns whether it did.
+    @inline(__always)
+    private func performSource0(_ source: RunLoopSource, _ context: inout RunContext) -> Bool {
+        guard source.signalStamp.exchange(0, ordering: .acquiring) != 0, source.isValid else { return false }
+        if _slowPath(context.pass.tracing) { traceCalloutBegin(source, .sources0, &context) }
+        calloutBegins(.source, label: source.itemLabel.calloutLabel.load(ordering: .relaxed))
+        source.performCallout()
+        calloutEnds()
+        if _slowPath(context.pass.tracing) { traceCalloutEnd(&context) }
+        return true
     }
 
     /// Orders collected sources by (order, signal time). They come sorted by order, so this only
