@@ -45,7 +45,7 @@ extension RunLoop {
             } else if !context.scratch.kernelEvents.isEmpty {
                 .descriptor
             } else if confined.recentCrossThreadWakeUp {
-                source1Attention.load(ordering: .relaxed) ? .port : .wakeUp
+                wake.source1Attention.load(ordering: .relaxed) ? .port : .wakeUp
             } else if LoopClock.now() >= context.deadline {
                 .timeout
             } else {

@@ -352,7 +352,7 @@ extension RunLoop {
     func source1NeedsAttention() {
         // Sequentially consistent: see the wake protocol in Loop/WakeProtocol.swift (with a releasing store a
         // sender can be left with the loop asleep: MessagePortTests.aSenderIsNeverLeftWithTheLoopAsleep).
-        source1Attention.store(true, ordering: .sequentiallyConsistent)
+        wake.source1Attention.store(true, ordering: .sequentiallyConsistent)
         requestWakeUp()
     }
 }

@@ -63,7 +63,7 @@ extension RunLoop {
         wake.announceSleep()
         let pending =
             wake.requestPendingAfterAnnouncing() || inbox.hasReady
-            || source1Attention.load(ordering: .sequentiallyConsistent) || innermost.signalled
+            || wake.source1Attention.load(ordering: .sequentiallyConsistent) || innermost.signalled
             || innermost.deadline <= LoopClock.now() || hasBlocks(for: innermost.mode, modeIsCommon: innermost.common)
         return ForeignWait(
             descriptor: innermost.set.descriptor,
@@ -92,7 +92,7 @@ extension RunLoop {
             found = !ready.isEmpty || outcome.timerExpired || takeWaitOutcome(outcome)
         }
         confined.foreignWaitSet = nil
-        return found || wake.hasRequest || inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
+        return found || wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .sequentiallyConsistent)
     }
 
     /// Whether the loop was made before this process was forked (its descriptors are the

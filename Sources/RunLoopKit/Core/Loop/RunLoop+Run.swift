@@ -476,7 +476,7 @@ extension RunLoop {
     /// woke it). Returns whether a callout ran.
     func doSources1(_ context: inout RunContext) -> Bool {
         var attention =
-            source1Attention.load(ordering: .relaxed) && source1Attention.exchange(false, ordering: .acquiring)
+            wake.source1Attention.load(ordering: .relaxed) && wake.source1Attention.exchange(false, ordering: .acquiring)
         if attention { context.tookAttention = true }
         if !context.sources1Scanned {
             context.sources1Scanned = true
@@ -542,7 +542,7 @@ extension RunLoop {
         if index < context.scratch.readySources1.count {
             // Left for the next pass: descriptors are reported again (level-triggered); the rest
             // must be looked at again.
-            source1Attention.store(true, ordering: .sequentiallyConsistent)
+            wake.source1Attention.store(true, ordering: .sequentiallyConsistent)
         }
         context.scratch.readySources1.removeAll(keepingCapacity: true)
         return handled
@@ -592,7 +592,7 @@ extension RunLoop {
             // This run may have taken work meant for the enclosing run's mode: a port's attention
             // (cleared while scanning only this mode's sources) and blocks (moved from the inbox
             // to the loop's own queue). The enclosing run looks again before it sleeps.
-            if context.tookAttention { source1Attention.store(true, ordering: .sequentiallyConsistent) }
+            if context.tookAttention { wake.source1Attention.store(true, ordering: .sequentiallyConsistent) }
             if !confined.blocks.isEmpty { confined.blocksTakenByNestedRun = true }
         }
         wake.endRun(context.id, context.wakeEntry)

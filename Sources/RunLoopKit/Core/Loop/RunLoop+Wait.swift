@@ -54,7 +54,7 @@ extension RunLoop {
     ///   non-blocking `epoll_wait`.
     public var hasPendingInput: Bool {
         guard isCurrent else { return false }
-        if wake.hasRequest || source1Attention.load(ordering: .relaxed) { return true }
+        if wake.hasRequest || wake.source1Attention.load(ordering: .relaxed) { return true }
         let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
             guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
             let mode = state.modes[index]
@@ -86,30 +86,24 @@ extension RunLoop {
     /// message does in CoreFoundation.
     @inline(__always)
     func sources1Pending(_ context: RunContext) -> Bool {
-        source1Attention.load(ordering: .sequentiallyConsistent)
+        wake.source1Attention.load(ordering: .sequentiallyConsistent)
             || (!context.sources1Scanned && context.items.sources1.contains { $0.needsAttention })
     }
 
-    /// How the loop waits once it has announced its sleep: not at all (the deadline passed), in
-    /// the kernel with the timerfd armed for the deadline, or on the CPU until a timer is due.
-    func planSleep(_ context: RunContext) -> SleepPlan {
+    /// How the loop waits once it has announced its sleep (see `SleepPlan.make`), and, for a
+    /// block in the kernel, the timerfd armed for its deadline. One look under the lock: a timer
+    /// another thread adds meanwhile either is seen here or re-arms the timerfd after
+    /// (`rearmForEarlierTimers`), never overwritten by an older plan.
+    func planKernelSleep(_ context: RunContext) -> SleepPlan {
         let spinWindow = timerSpinNs.load(ordering: .relaxed)
         return withState { state -> SleepPlan in
-            let timerDeadline = state.modes[context.modeIndex].timers.coalescedDeadline()
-            var deadline = min(timerDeadline, context.deadline)
-            let now = LoopClock.now()
-            guard deadline > now else { return .none }
-            if context.items.needsInterestSet {
-                deadline = min(deadline, now.addingSaturated(LoopThreadState.descriptorRetryNs))
-            }
-            if spinWindow > 0 && timerDeadline <= context.deadline {
-                // A timer ends this sleep: wake `spinWindow` early and spin the rest.
-                let early = timerDeadline.subtractingSaturated(spinWindow)
-                if early <= now { return .spin(until: timerDeadline) }
-                deadline = early
-            }
-            if deadline != state.armedDeadline { arm(&state, deadline) }
-            return .kernel
+            let plan = SleepPlan.make(
+                timerDeadline: state.modes[context.modeIndex].timers.coalescedDeadline(),
+                runDeadline: context.deadline, now: LoopClock.now(),
+                retryAfter: context.items.needsInterestSet ? LoopThreadState.descriptorRetryNs : nil,
+                spinWindow: spinWindow)
+            if case .block(let deadline) = plan, deadline != state.armedDeadline { arm(&state, deadline) }
+            return plan
         }
     }
 
@@ -131,7 +125,7 @@ extension RunLoop {
             )
         }
         guard let found else { return false }
-        if found.timer <= LoopClock.now() || wake.hasRequest || source1Attention.load(ordering: .relaxed)
+        if found.timer <= LoopClock.now() || wake.hasRequest || wake.source1Attention.load(ordering: .relaxed)
         {
             return true
         }
@@ -214,7 +208,7 @@ extension RunLoop {
                 return true
             }
         }
-        return inbox.hasReady || source1Attention.load(ordering: .sequentiallyConsistent)
+        return inbox.hasReady || wake.source1Attention.load(ordering: .sequentiallyConsistent)
             || wake.stopPending(context.id)
             || context.ignoredWakeUp && hasNoWork(context)
             || hasNoItems(context) && pendingWorkLetGo(context) != context.pendingWorkLetGo && hasNoWork(context)

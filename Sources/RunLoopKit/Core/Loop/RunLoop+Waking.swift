@@ -67,7 +67,7 @@ extension RunLoop {
     /// Wakes the sleeping loop: writes its eventfd, or posts its futex while it has no descriptors.
     private func signalSleeper() {
         preconditionNotForked("wakeUp()")
-        if sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
+        if wake.sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
             futex.post()
         } else {
             backend?.signal()

@@ -69,8 +69,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     var hasKernelDescriptors: Bool { initialBackend != nil || backendSlot.load() != nil }
     /// Where a loop without kernel descriptors sleeps.
     let futex = FutexWord()
-    /// The loop sleeps on ``futex``, not in epoll: wakers post the futex.
-    let sleepsOnFutex = Atomic<Bool>(false)
     /// `crlk_fork_generation()` when the loop was made: a loop made before a fork(2) shares its
     /// descriptors with the parent and must not be used in the child.
     let forkGeneration: UInt64
@@ -95,10 +93,6 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let inbox = BlockQueue()
     /// Set when the thread exits: blocks performed after that are dropped.
     let blocksClosed = Atomic<Bool>(false)
-    /// A version-1 source has something to deliver that its epoll events do not show (a message
-    /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
-    /// sources.
-    let source1Attention = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
     /// The instrumentation seam: phase, generation, reporters (Instrumentation.swift).
@@ -149,7 +143,7 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
         if hasKernelDescriptors { return true }
         do {
             _ = backendSlot.storeIfNil(try EpollBackend(ownerTID: ownerTID))
-            sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
+            wake.sleepsOnFutex.store(false, ordering: .sequentiallyConsistent)
             // The timerfd starts disarmed; the next wait arms it for what is due. Through
             // mutatingItems: a run in progress must re-read its items, which name the epoll set.
             mutatingItems { state in state.armedDeadline = LoopClock.never }

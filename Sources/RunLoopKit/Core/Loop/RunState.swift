@@ -67,12 +67,33 @@ struct ModeItems {
     var pendingWork: PendingWorkCount?
 }
 
-/// What a wait does once it has decided to wait: nothing (the deadline passed), sleep in the
-/// kernel, or spin on the CPU until a timer is due (``RunLoop/timerSpinWindow``).
-enum SleepPlan {
+/// What a wait does once it has decided to wait: nothing (the deadline passed), block until a
+/// deadline (in the kernel: the timerfd armed for it; on the futex: its timeout), or spin on the
+/// CPU until a timer is due (``RunLoop/timerSpinWindow``). Made by `SleepPlan.make`, the one place
+/// that decides when a sleep ends; the strategy that sleeps performs it.
+enum SleepPlan: Equatable {
     case none
-    case kernel
+    case block(until: Int64)
     case spin(until: Int64)
+
+    /// When a sleep ends: at the mode's next timer (`timerDeadline`, coalesced with its
+    /// tolerance) or the run's deadline, whichever is first; no later than `retryAfter` from now
+    /// (a loop that must try again to make its interest set, or to open its descriptors); and,
+    /// with a spin window, that much before the timer, spinning the rest.
+    ///
+    /// - Complexity: O(1); reads no clock (`now` is given).
+    static func make(timerDeadline: Int64, runDeadline: Int64, now: Int64, retryAfter: Int64?, spinWindow: Int64) -> SleepPlan {
+        var deadline = min(timerDeadline, runDeadline)
+        guard deadline > now else { return .none }
+        if let retryAfter { deadline = min(deadline, now.addingSaturated(retryAfter)) }
+        if spinWindow > 0 && timerDeadline <= runDeadline {
+            // A timer ends this sleep: wake `spinWindow` early and spin the rest.
+            let early = timerDeadline.subtractingSaturated(spinWindow)
+            if early <= now { return .spin(until: timerDeadline) }
+            deadline = min(deadline, early)
+        }
+        return .block(until: deadline)
+    }
 }
 
 /// Buffers a run reuses from pass to pass so that a steady-state pass allocates nothing. Each

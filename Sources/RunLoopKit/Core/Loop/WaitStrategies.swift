@@ -6,15 +6,17 @@ import CRunLoopKit
 //
 //   KernelWait       epoll_wait on the mode's interest set, the timerfd armed for the deadline
 //                    (or a spin on the CPU before a timer, with RunLoop.timerSpinWindow)
+//   FutexWait        a loop that could not open its descriptors: a futex, retried
 //   SpinAfterWakeUp  a wrapper: after a wakeup from another thread, watch for the next one
 //                    briefly before the inner strategy sleeps
-//   FutexWait        a loop that could not open its descriptors: a futex, retried
 //   VirtualTimeWait  never blocks: jumps the thread's clock to when the sleep would end; what a
 //                    drive allows (pass limits, livelock, idle stops) is its policy's, which
 //                    RunLoopTesting provides (VirtualTimePolicy)
 //
 // The steps: `begin` (false ends the wait there), then `poll` for a wait that must not block, or
-// the waiting phase and `sleep`.
+// the waiting phase and `sleep`. The two that block (KernelWait, FutexWait) sleep through the wake
+// protocol's `sleep` with a sleeper of their own (what to plan, how to block), and plan with
+// `SleepPlan.make`: when a sleep ends is decided there, once.
 
 /// One way for a loop to wait (see the table above). Called on the loop's thread.
 protocol LoopWaitStrategy {
@@ -46,31 +48,46 @@ struct KernelWait: LoopWaitStrategy {
 
     @inline(__always)
     func sleep(_ loop: RunLoop, _ context: inout RunContext) {
-        loop.wake.announceSleep()
-        if loop.wake.skipsSleep(handedOver: { loop.handedOverWorkPending(context) }) {
+        var sleeper = Sleeper(loop: loop, backend: backend)
+        switch loop.wake.sleep(&sleeper, &context) {
+        case .skipped:
             loop.confined.recentCrossThreadWakeUp = true
             loop.askKernel(&context, backend)
-            return
-        }
-        switch loop.planSleep(context) {
-        case .none:
-            loop.wake.endSleep()
-            loop.askKernel(&context, backend)
-        case .spin(let until):
-            loop.wake.endSleep()
-            loop.spinUntilTimer(until, &context, backend)
-        case .kernel:
-            let set = context.items.interestSet ?? backend.baseSet
-            var outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
-            while loop.wake.isStale(
-                wokenByEventfd: outcome.wokenByAnotherThread,
-                foundOtherWork: outcome.timerExpired || !context.scratch.kernelEvents.isEmpty,
-                attention: { loop.source1Attention.load(ordering: .sequentiallyConsistent) })
-            {
-                outcome = backend.wait(in: set, blocking: true, into: &context.scratch.kernelEvents)
+        case .didNotBlock:
+            if case .spin(let until) = sleeper.plan {
+                loop.spinUntilTimer(until, &context, backend)
+            } else {
+                loop.askKernel(&context, backend)
             }
-            loop.wake.endSleep()
-            loop.confined.recentCrossThreadWakeUp = loop.takeWaitOutcome(outcome)
+        case .woke:
+            loop.confined.recentCrossThreadWakeUp = loop.takeWaitOutcome(sleeper.outcome)
+        }
+    }
+
+    /// The kernel's side of the wake protocol's sleep: the plan (the timerfd armed for a block),
+    /// then `epoll_wait` on the mode's set.
+    struct Sleeper: WakeSleeper {
+        let loop: RunLoop
+        let backend: EpollBackend
+        var plan = SleepPlan.none
+        var outcome = EpollBackend.WaitOutcome()
+
+        @inline(__always)
+        func handedOverWork(_ context: RunContext) -> Bool { loop.handedOverWorkPending(context) }
+
+        @inline(__always)
+        mutating func plansToBlock(_ context: inout RunContext) -> Bool {
+            plan = loop.planKernelSleep(context)
+            if case .block = plan { return true }
+            return false
+        }
+
+        @inline(__always)
+        mutating func block(_ context: inout RunContext) -> SleepEnd {
+            outcome = backend.wait(in: context.items.interestSet ?? backend.baseSet, blocking: true, into: &context.scratch.kernelEvents)
+            return SleepEnd(
+                wokenByEventfd: outcome.wokenByAnotherThread,
+                foundOtherWork: outcome.timerExpired || !context.scratch.kernelEvents.isEmpty)
         }
     }
 }
@@ -107,18 +124,36 @@ struct FutexWait: LoopWaitStrategy {
     }
 
     func sleep(_ loop: RunLoop, _ context: inout RunContext) {
-        loop.sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
-        loop.wake.announceSleep()
-        if loop.wake.skipsSleep(handedOver: { loop.handedOverWorkPending(context) }) { return }
-        defer { loop.wake.endSleep() }
-        let modeIndex = context.modeIndex
-        let deadline = loop.state.locked { state in
-            min(state.modes[modeIndex].timers.coalescedDeadline(), context.deadline)
+        loop.wake.sleepsOnFutex.store(true, ordering: .sequentiallyConsistent)
+        var sleeper = Sleeper(loop: loop)
+        if case .woke = loop.wake.sleep(&sleeper, &context) { _ = loop.wake.takeRequest() }
+    }
+
+    /// The futex's side of the wake protocol's sleep: until the plan's deadline, and no longer
+    /// than the next attempt to open the descriptors.
+    struct Sleeper: WakeSleeper {
+        let loop: RunLoop
+        var timeoutNs: Int64 = 0
+
+        func handedOverWork(_ context: RunContext) -> Bool { loop.handedOverWorkPending(context) }
+
+        mutating func plansToBlock(_ context: inout RunContext) -> Bool {
+            let modeIndex = context.modeIndex
+            let timerDeadline = loop.state.locked { $0.modes[modeIndex].timers.coalescedDeadline() }
+            let now = LoopClock.now()
+            let plan = SleepPlan.make(
+                timerDeadline: timerDeadline, runDeadline: context.deadline, now: now,
+                retryAfter: LoopThreadState.descriptorRetryNs, spinWindow: 0)
+            guard case .block(let deadline) = plan else { return false }
+            timeoutNs = deadline - now
+            return true
         }
-        let now = LoopClock.now()
-        guard deadline > now else { return }
-        loop.futex.wait(timeoutNs: min(deadline - now, LoopThreadState.descriptorRetryNs))
-        _ = loop.wake.takeRequest()
+
+        mutating func block(_ context: inout RunContext) -> SleepEnd {
+            loop.futex.wait(timeoutNs: timeoutNs)
+            // A post and a timeout look the same: never stale (the pass looks at everything).
+            return SleepEnd(wokenByEventfd: true, foundOtherWork: true)
+        }
     }
 }
 

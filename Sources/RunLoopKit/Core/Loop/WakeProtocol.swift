@@ -24,6 +24,9 @@ import Synchronization
 //   innermostRun       loop         beginRun (the run's id)              endRun (the enclosing run's)
 //   stopRequest        any / loop   requestStop (innermostRun's value),  takeStop, endRun
 //                                   stopRun (virtual time's driver)
+//   source1Attention   any / loop   a version-1 source with work no      the version-1 phase
+//                                   descriptor shows (a port's message)  (RunLoop+Run.swift)
+//   sleepsOnFutex      loop         FutexWait (no kernel descriptors)    the descriptors opened
 //
 // Loop-confined state the decisions read (RunLoop+Run.swift): `LoopThreadState.blocksTakenByNestedRun`
 // and `RunContext.tookAttention` (a nested run took work of the enclosing run's mode: endRun hands
@@ -36,11 +39,17 @@ import Synchronization
 //   beginPass     accepting = true; dropLibraryRequest (compare-exchange pending -> 0: fails if the
 //                 request is the user's); ignored = exchange(ignoredUserRequest, false)
 //   a poll        takeRequest (the wait drains the wakeup whether it sleeps or not, as CF's does)
-//   a sleep       announceSleep: sleeping = true
+//   a sleep       `sleep(_:_:)`, the one function every real wait sleeps with (and the explorer
+//                 drives):
+//                 announceSleep: sleeping = true
 //                 skipsSleep:    takeRequest || handedOver() -> sleeping = false, no sleep
-//                 (kernel wait)  until the eventfd, the timerfd or a descriptor; a wake by the
-//                                eventfd with no request pending and nothing else is stale: wait again
-//                 endSleep:      sleeping = false; takeRequest if the eventfd woke it
+//                 (plan)         the sleeper's: not at all (the deadline passed, a spin) ->
+//                                sleeping = false
+//                 (block)        until the eventfd, the timerfd or a descriptor; a wake by the
+//                                eventfd with no request pending, no attention and nothing else is
+//                                stale: block again
+//                 endSleep:      sleeping = false; the sleeper takes the request if the eventfd
+//                                woke it
 //   after a wait  stopAccepting: accepting = false (CF's ignoreWakeUps, until the next pass)
 //   end of pass   takeStop(id)
 //   endRun        dropLibraryRequest; accepting = the enclosing run's; innermostRun = the
@@ -103,6 +112,14 @@ struct WakeProtocol: ~Copyable, Sendable {
     let innermostRun = Atomic<UInt64>(0)
     /// The id of the run `stop()` asked to end.
     let stopRequest = Atomic<UInt64>(0)
+    /// A version-1 source has something to deliver that its epoll events do not show (a message
+    /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
+    /// sources, and a wake by the eventfd is not stale. Stored sequentially consistent, as
+    /// `request`: it is the waker's side of the same Dekker pattern.
+    let source1Attention = Atomic<Bool>(false)
+    /// The loop sleeps on its futex, not in epoll (it could not open its descriptors): wakers post
+    /// the futex.
+    let sleepsOnFutex = Atomic<Bool>(false)
 
     #if DEBUG
     /// The interleaving explorer's scheduler (tests only): called before each shared step.
@@ -309,15 +326,39 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// Whether a kernel wait ended only by an eventfd write whose request the loop has already
     /// taken (a waker saw `sleeping` just as the loop took its request without sleeping): with no
-    /// request pending and nothing else found, the loop sleeps on.
+    /// request pending, no version-1 source asking for attention and nothing else found, the loop
+    /// sleeps on.
     @inline(__always)
-    func isStale(wokenByEventfd: Bool, foundOtherWork: Bool, attention: () -> Bool) -> Bool {
-        guard wokenByEventfd && !foundOtherWork else { return false }
+    func isStale(_ end: SleepEnd) -> Bool {
+        guard end.wokenByEventfd && !end.foundOtherWork else { return false }
         step("loop: load request (stale?)")
         if keeps(.staleOnlyWithoutRequest) && requestWord.load(ordering: .sequentiallyConsistent) & Self.pending != 0 {
             return false
         }
-        return !attention()
+        // Not a step of the explorer's: its model has no version-1 sources (the flag stays clear).
+        return !source1Attention.load(ordering: .sequentiallyConsistent)
+    }
+
+    /// A sleep, whole: announced, skipped if work is pending or was handed over, planned (the
+    /// sleeper may decide not to block), blocked until a wake that is not stale, ended. Every wait
+    /// that sleeps for real calls this (`KernelWait`, `FutexWait`), and so does the interleaving
+    /// explorer's model, with a sleeper that blocks on a modeled eventfd: the explorer checks this
+    /// code, not a copy of it.
+    ///
+    /// Returns how the sleep ended; the sleeper then takes what the wake found (descriptor
+    /// events, the request).
+    @inline(__always)
+    func sleep<Sleeper: WakeSleeper>(_ sleeper: inout Sleeper, _ context: inout Sleeper.Context) -> SleepOutcome {
+        announceSleep()
+        if skipsSleep(handedOver: { sleeper.handedOverWork(context) }) { return .skipped }
+        guard sleeper.plansToBlock(&context) else {
+            endSleep()
+            return .didNotBlock
+        }
+        var end = sleeper.block(&context)
+        while isStale(end) { end = sleeper.block(&context) }
+        endSleep()
+        return .woke(end)
     }
 
     /// Takes a stop of run `id`, at the end of its pass.
@@ -356,6 +397,38 @@ struct WakeProtocol: ~Copyable, Sendable {
         innermostRun.store(entry.outerRun, ordering: .releasing)
         _ = stopRequest.compareExchange(expected: id, desired: 0, ordering: .relaxed)
     }
+}
+
+/// What ended a sleep's block.
+struct SleepEnd {
+    /// The eventfd was written (or the futex posted).
+    var wokenByEventfd: Bool
+    /// Anything else: a timer expired, a descriptor is ready, the sleep's time is up.
+    var foundOtherWork: Bool
+}
+
+/// How ``WakeProtocol/sleep(_:_:)`` ended.
+enum SleepOutcome {
+    /// Work was pending once the sleep was announced: no sleep.
+    case skipped
+    /// The sleeper planned not to block (the deadline passed, a spin before a timer).
+    case didNotBlock
+    /// The sleeper blocked, and this woke it (not a stale wake).
+    case woke(SleepEnd)
+}
+
+/// The side of a sleep that is not the wake protocol's: what work was handed over, whether to
+/// block, and the block itself. The loop's are the wait strategies (WaitStrategies.swift); the
+/// interleaving explorer's blocks on a modeled eventfd.
+protocol WakeSleeper {
+    associatedtype Context
+    /// Work another thread handed over with a request a nested run dropped (see `skipsSleep`).
+    func handedOverWork(_ context: Context) -> Bool
+    /// Whether to block; false where the sleep's deadline has passed or the sleeper spins instead
+    /// (it then acts once the sleep has ended).
+    mutating func plansToBlock(_ context: inout Context) -> Bool
+    /// Blocks until the eventfd is written, the timer expires or a descriptor is ready.
+    mutating func block(_ context: inout Context) -> SleepEnd
 }
 
 #if DEBUG

@@ -173,11 +173,11 @@ final class PortLoopFlag: Sendable {
     /// with messages queued fails the test (and is then woken so that it can end).
     ///
     /// Disabled: fails with the current implementation. `MessagePort.send` → `source1NeedsAttention`
-    /// stores `source1Attention` with `.releasing`, then `requestWakeUp` returns early when its
+    /// stores `wake.source1Attention` with `.releasing`, then `requestWakeUp` returns early when its
     /// load of `wakeRequested` reads `true`. That store may become visible after that load
     /// (store→load reordering, the x86 store buffer; allowed by the memory model, as only
     /// sequentially consistent operations order a store before a later load): the loop consumes
-    /// the stale request (`discardStaleWakeUp`), reads `source1Attention == false` in `wait`, and
+    /// the stale request (`discardStaleWakeUp`), reads `wake.source1Attention == false` in `wait`, and
     /// sleeps, while the sender did not signal. Every later send then sees `hasQueued == true` and
     /// does not wake it either: the messages wait for an unrelated wakeup (for ever, here).
     ///

@@ -8,7 +8,8 @@ import Testing
 //
 // The model: actor 0 is the loop. It calls the protocol's steps in the order the run algorithm
 // does (RunLoop+Run.swift and RunLoop+Wait.swift: beginRun, beginPass, doBlocks, a callout that may run the loop nested,
-// wait, stopAccepting, doBlocks, takeStop, endRun); its kernel wait is a modeled eventfd that
+// wait, stopAccepting, doBlocks, takeStop, endRun). Its sleep is the protocol's own `sleep`, the
+// function KernelWait and FutexWait call, with a sleeper whose block is a modeled eventfd that
 // blocks the actor. The other actors are wakers: a thread performing blocks (push, then
 // `request`, then write the eventfd if told to), `wakeUp()`, `stop()`. Each step either actor can
 // see is a choice point.
@@ -92,29 +93,47 @@ fileprivate final class WakeModel: @unchecked Sendable {
         return result
     }
 
-    /// The wait of a pass that may sleep; false when it slept with nothing left to wake it.
+    /// The wait of a pass that may sleep; false when it slept with nothing left to wake it. The
+    /// sleep itself is the protocol's own `sleep`, the function the loop's waits call, with a
+    /// sleeper that blocks on the modeled eventfd.
     private func sleep(_ id: UInt64, _ mode: Mode, _ ignored: Bool) -> Bool {
-        wake.announceSleep()
-        if wake.skipsSleep(handedOver: { handedOver(id, mode, ignored) }) {
+        var sleeper = Sleeper(model: self, id: id, mode: mode, ignored: ignored)
+        var context: Void = ()
+        switch wake.sleep(&sleeper, &context) {
+        case .skipped:
+            waitEnds.append(now)
+            return true
+        case .didNotBlock:
+            explorer.fail("the model's sleeper always blocks")
+            return false
+        case .woke(let end):
+            guard end.wokenByEventfd else {
+                checkNothingIsLost(id, mode)
+                return false
+            }
+            _ = wake.takeRequest()
             waitEnds.append(now)
             return true
         }
-        var woken = kernelWait()
-        while woken && wake.isStale(wokenByEventfd: true, foundOtherWork: false, attention: { false }) {
-            woken = kernelWait()
+    }
+
+    /// The model's side of a sleep: no timers (always blocks), the eventfd as the only way out.
+    private struct Sleeper: WakeSleeper {
+        let model: WakeModel
+        let id: UInt64
+        let mode: Mode
+        let ignored: Bool
+
+        func handedOverWork(_ context: Void) -> Bool { model.handedOver(id, mode, ignored) }
+        mutating func plansToBlock(_ context: inout Void) -> Bool { true }
+        /// Woken: the eventfd was written; not woken: blocked with no one left to wake it.
+        mutating func block(_ context: inout Void) -> SleepEnd {
+            SleepEnd(wokenByEventfd: model.kernelWait(), foundOtherWork: false)
         }
-        wake.endSleep()
-        guard woken else {
-            checkNothingIsLost(id, mode)
-            return false
-        }
-        _ = wake.takeRequest()
-        waitEnds.append(now)
-        return true
     }
 
     /// `epoll_wait` on the eventfd: returns at once if it was written, else blocks until it is.
-    private func kernelWait() -> Bool {
+    fileprivate func kernelWait() -> Bool {
         explorer.step("loop: epoll_wait")
         if eventfd > 0 {
             eventfd = 0
@@ -128,7 +147,7 @@ fileprivate final class WakeModel: @unchecked Sendable {
     }
 
     /// `handedOverWorkPending` (RunLoop+Wait.swift), for the model's work: blocks only.
-    private func handedOver(_ id: UInt64, _ mode: Mode, _ ignored: Bool) -> Bool {
+    fileprivate func handedOver(_ id: UInt64, _ mode: Mode, _ ignored: Bool) -> Bool {
         if blocksTakenByNestedRun {
             blocksTakenByNestedRun = false
             if confined.contains(mode) { return true }
