@@ -283,7 +283,8 @@ let package = Package(
                 "RunLoopScheduling",
                 "RunLoopLabNetwork",
                 "RunLoopConcurrency",
-                "CRunLoopLab",
+                // The core's C shims (the thread id and name), shared rather than written again.
+                "CRunLoopKit",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 // Experiment 24 (a GTK 4 window dragged under Xvfb), with the trait GTK only.
@@ -337,10 +338,20 @@ let package = Package(
                 "RunLoopTesting",
                 "CRunLoopKit",
                 "CAllocationCounter",
-                // The echo server's tests (Tests/RunLoopKitTests/LabNetwork) test the lab's server.
-                "RunLoopLabNetwork",
                 "SharedTestSupport",
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The lab's tests: its echo server (RunLoopLabNetwork) under load and misuse, and its
+        // experiments run as a user runs them (`runloop-lab tour --only N`, launched as a child).
+        .testTarget(
+            name: "RunLoopLabTests",
+            dependencies: [
+                "RunLoopKit",
+                "RunLoopLabNetwork",
+                "CRunLoopKit",
+                "SharedTestSupport",
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         // Test-only: what every test target shares (Tests/SharedTestSupport): the thread host,

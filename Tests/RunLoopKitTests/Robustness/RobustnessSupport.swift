@@ -13,20 +13,4 @@ import Testing
 // Iteration counts scale with `RUNLOOPKIT_STRESS_SCALE` (default 1; 0.1 under a sanitizer) and
 // time-boxed phases with `RUNLOOPKIT_STRESS_SECONDS`.
 
-/// A seed for this run: `RUNLOOPKIT_STRESS_SEED` if set, else from the clock.
-func stressSeed() -> UInt64 {
-    if let raw = getenv("RUNLOOPKIT_STRESS_SEED"), let seed = UInt64(String(cString: raw)) { return seed }
-    return UInt64(bitPattern: crlk_boottime_ns())
-}
-
-/// Seconds since `start`, for reports.
-func secondsSince(_ start: ContinuousClock.Instant) -> Double {
-    let (seconds, attoseconds) = (ContinuousClock.now - start).components
-    return Double(seconds) + Double(attoseconds) / 1e18
-}
-
-/// Writes `text` to the standard error descriptor directly (unbuffered).
-func writeToStandardError(_ text: String) {
-    var text = text
-    text.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
-}
+// `stressSeed()`, `secondsSince(_:)` and `writeToStandardError(_:)`: SharedTestSupport's Stress.swift.

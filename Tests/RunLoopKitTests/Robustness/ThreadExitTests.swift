@@ -207,24 +207,6 @@ func loopThreadChurn(threads: Int, concurrently: Int, checkDescriptors: Bool = t
     return problems.isEmpty ? nil : problems.joined(separator: "; ")
 }
 
-/// What each open descriptor of this process refers to (`/proc/self/fd/N` link targets).
-func openDescriptorTargets() -> [String] {
-    guard let directory = opendir("/proc/self/fd") else { return [] }
-    defer { closedir(directory) }
-    var targets: [String] = []
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-        }
-        if name.hasPrefix(".") { continue }
-        var buffer = [CChar](repeating: 0, count: 256)
-        let count = readlink("/proc/self/fd/\(name)", &buffer, buffer.count - 1)
-        targets.append(
-            count > 0 ? String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "?")
-    }
-    return targets
-}
-
 /// How many of each kind of descriptor a loop owns are open: `[eventpoll]`, `[eventfd]`, `[timerfd]`.
 func loopDescriptorKinds() -> [String: Int] {
     var kinds: [String: Int] = [:]
@@ -236,11 +218,3 @@ func loopDescriptorKinds() -> [String: Int] {
     return kinds
 }
 
-/// Open descriptors by kind (`file` for paths), for failure messages.
-func describeOpenDescriptors() -> String {
-    var kinds: [String: Int] = [:]
-    for target in openDescriptorTargets() {
-        kinds[target.hasPrefix("/") ? "file" : target, default: 0] += 1
-    }
-    return kinds.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
-}
