@@ -10,7 +10,7 @@ extension RunLoop {
         if _slowPath(context.pass.flags != 0) {
             stampPhase(phase, &context)
             context.pass.phase = phase
-        } else if confined.phase == phase {
+        } else if confined.passes.phase == phase {
             return  // published already (observers for beforeTimers, then for beforeSources)
         }
         publishPhase(phase)
@@ -18,8 +18,8 @@ extension RunLoop {
 
     @inline(__always)
     func publishPhase(_ phase: Phase) {
-        confined.phase = phase
-        instrumentation.phaseWord.store(confined.generation << 8 | UInt64(phase.rawValue), ordering: .relaxed)
+        confined.passes.phase = phase
+        instrumentation.phaseWord.store(confined.passes.generation << 8 | UInt64(phase.rawValue), ordering: .relaxed)
     }
 
     private func stampPhase(_ phase: Phase, _ context: inout RunContext) {
@@ -58,20 +58,20 @@ extension RunLoop {
     func reportPass(_ context: inout RunContext) {
         enterPhase(context.pass.phase, &context)  // charges the phase in progress up to now
         let report = IterationReport(
-            mode: context.mode, generation: confined.generation, wakeReason: context.pass.wakeReason,
+            mode: context.mode, generation: confined.passes.generation, wakeReason: context.pass.wakeReason,
             slept: context.pass.wakeReason == .none ? .zero : context.pass.times[.waiting],
             phaseTimes: context.pass.times)
-        if confined.reportersVersion != instrumentation.reportersVersion.load(ordering: .acquiring) {
-            confined.reportersVersion = instrumentation.reportersVersion.load(ordering: .acquiring)
-            confined.reporters = instrumentation.currentReporters
+        if confined.passes.reportersVersion != instrumentation.reportersVersion.load(ordering: .acquiring) {
+            confined.passes.reportersVersion = instrumentation.reportersVersion.load(ordering: .acquiring)
+            confined.passes.reporters = instrumentation.currentReporters
         }
         // A reporter that runs the loop (a nested run) is not re-entered by the nested passes'
         // reports, as an observer is not: those are not delivered.
-        guard !confined.reporting else { return }
-        confined.reporting = true
-        defer { confined.reporting = false }
+        guard !confined.passes.reporting else { return }
+        confined.passes.reporting = true
+        defer { confined.passes.reporting = false }
         // An index loop over the loop's own copy: no lock, no iterator (nothing to allocate).
-        let reporters = confined.reporters
+        let reporters = confined.passes.reporters
         var index = 0
         while index < reporters.count {
             reporters[index].call(report)

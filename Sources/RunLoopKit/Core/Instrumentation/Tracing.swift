@@ -131,22 +131,22 @@ extension RunLoop {
     @inline(__always)
     func pickUpRecorder() {
         let version = instrumentation.traceVersion.load(ordering: .acquiring)
-        guard version != confined.traceVersion else { return }
+        guard version != confined.trace.traceVersion else { return }
         takeUpRecorder(version)
     }
 
     private func takeUpRecorder(_ version: UInt64) {
-        confined.traceVersion = version
+        confined.trace.traceVersion = version
         let recorder = instrumentation.recorder.locked { $0 }
-        if let current = confined.tracer {
+        if let current = confined.trace.tracer {
             if let recorder, current === recorder { return }
             settleFold()
             current.detached()
         }
-        confined.tracer = recorder
-        confined.fold = TraceFold(limit: recorder?.foldLimit ?? 0)
-        confined.tracedMode = nil
-        confined.itemNames.removeAll()
+        confined.trace.tracer = recorder
+        confined.trace.fold = TraceFold(limit: recorder?.foldLimit ?? 0)
+        confined.trace.tracedMode = nil
+        confined.trace.itemNames.removeAll()
     }
 
     /// An item's name index in the attached recorder, cached by identity in the loop's thread
@@ -156,14 +156,14 @@ extension RunLoop {
     /// - Complexity: one hash lookup; the name is made and interned once per item and recorder.
     func itemName<Item: TraceNamed>(_ item: Item) -> UInt32 {
         let version = ItemLabels.version.load(ordering: .acquiring)
-        if version != confined.itemNamesVersion {
-            confined.itemNames.removeAll(keepingCapacity: true)
-            confined.itemNamesVersion = version
+        if version != confined.trace.itemNamesVersion {
+            confined.trace.itemNames.removeAll(keepingCapacity: true)
+            confined.trace.itemNamesVersion = version
         }
         let id = ObjectIdentifier(item)
-        if let index = confined.itemNames[id] { return index }
+        if let index = confined.trace.itemNames[id] { return index }
         let index = internTraceName(item.traceName)
-        if confined.itemNames.count < LoopThreadState.itemNameLimit { confined.itemNames[id] = index }
+        if confined.trace.itemNames.count < TraceState.itemNameLimit { confined.trace.itemNames[id] = index }
         return index
     }
 
@@ -172,38 +172,38 @@ extension RunLoop {
     /// run.
     @inline(__always)
     private func withRecorder(_ body: (any LoopRecorder) -> Void) {
-        confined.tracerRef.unsafelyUnwrapped._withUnsafeGuaranteedRef { body($0.recorder) }
+        confined.trace.tracerRef.unsafelyUnwrapped._withUnsafeGuaranteedRef { body($0.recorder) }
     }
 
     /// `name`'s index in the attached recorder's table (one is attached).
     func internTraceName(_ name: String) -> UInt32 {
-        confined.tracer!.intern(name)
+        confined.trace.tracer!.intern(name)
     }
 
     /// The pass an event belongs to: the run's first for its entry (which comes before it).
     @inline(__always)
     private func tracePass(_ context: RunContext) -> UInt64 {
-        context.pass.begun ? confined.generation : confined.generation &+ 1
+        context.pass.begun ? confined.passes.generation : confined.passes.generation &+ 1
     }
 
     @inline(__always)
     private var traceDepth: UInt8 { UInt8(clamping: confined.runDepth - 1) }
 
     func traceRunBegin(_ context: inout RunContext) {
-        guard let recorder = confined.tracer else { return }
+        guard let recorder = confined.trace.tracer else { return }
         let name: UInt32
-        if let traced = confined.tracedMode, traced.mode == context.mode {
+        if let traced = confined.trace.tracedMode, traced.mode == context.mode {
             name = traced.name
         } else {
             name = recorder.intern(context.mode.rawValue)
-            confined.tracedMode = (context.mode, name)
+            confined.trace.tracedMode = (context.mode, name)
         }
         settleFold()
         recorder.runBegan(mode: name, depth: traceDepth, pass: tracePass(context))
     }
 
     func traceRunEnd(_ result: RunResult, _ context: inout RunContext) {
-        guard let recorder = confined.tracer else { return }
+        guard let recorder = confined.trace.tracer else { return }
         settleFold()
         recorder.runEnded(
             result: UInt8(truncatingIfNeeded: result.rawValue), depth: traceDepth, pass: tracePass(context))
@@ -217,21 +217,21 @@ extension RunLoop {
     // paths longer for every loop (the iterate benchmark's phases-watched row: 0.92x inlined).
     @inline(never)
     func traceCalloutBegin<Item: TraceNamed>(_ item: Item, _ phase: Phase, detail: UInt8 = 0, _ context: inout RunContext) {
-        guard confined.tracerTag != 0 else { return }
+        guard confined.trace.tracerTag != 0 else { return }
         let id = UInt(bitPattern: ObjectIdentifier(item))
         if traceRepeat(phase, item: id, detail: detail, context) { return }
         handOverCallout(phase, item: id, name: itemName(item), detail: detail, context)
     }
 
     func traceCalloutBegin(_ item: any Source1Item, _ phase: Phase, _ context: inout RunContext) {
-        guard confined.tracerTag != 0 else { return }
+        guard confined.trace.tracerTag != 0 else { return }
         let id = UInt(bitPattern: ObjectIdentifier(item))
         if traceRepeat(phase, item: id, detail: 0, context) { return }
         handOverCallout(phase, item: id, name: itemName(item), detail: 0, context)
     }
 
     func traceBlockBegin(_ context: inout RunContext) {
-        guard confined.tracerTag != 0 else { return }
+        guard confined.trace.tracerTag != 0 else { return }
         if traceRepeat(.blocks, item: TraceFold.block, detail: 0, context) { return }
         handOverCallout(.blocks, item: TraceFold.block, name: TraceFold.blockName, detail: 0, context)
     }
@@ -240,8 +240,8 @@ extension RunLoop {
     /// compared by the item's identity, so a repeat costs no name lookup.
     @inline(__always)
     private func traceRepeat(_ phase: Phase, item: UInt, detail: UInt8, _ context: RunContext) -> Bool {
-        guard confined.fold.repeats(phase, item: item, detail: detail, depth: traceDepth) else { return false }
-        confined.fold.beginRepeat(pass: tracePass(context))
+        guard confined.trace.fold.repeats(phase, item: item, detail: detail, depth: traceDepth) else { return false }
+        confined.trace.fold.beginRepeat(pass: tracePass(context))
         return true
     }
 
@@ -254,15 +254,15 @@ extension RunLoop {
         } else {
             withRecorder { $0.calloutBegan(phase, name: name, detail: detail, depth: depth, pass: pass) }
         }
-        confined.fold.began(phase, item: item, name: name, detail: detail, depth: depth)
+        confined.trace.fold.began(phase, item: item, name: name, detail: detail, depth: depth)
     }
 
     @inline(never)
     func traceCalloutEnd(_ context: inout RunContext) {
-        guard confined.tracerTag != 0 else { return }
+        guard confined.trace.tracerTag != 0 else { return }
         let depth = traceDepth
         let pass = tracePass(context)
-        let end = confined.fold.end(depth: depth, pass: pass)
+        let end = confined.trace.fold.end(depth: depth, pass: pass)
         if end != .folded { handOverCalloutEnd(end, depth: depth, pass: pass) }
     }
 
@@ -284,10 +284,10 @@ extension RunLoop {
     /// repeat in progress (a nested run inside it is beginning) becomes a callout of its own.
     @inline(__always)
     private func settleFold() {
-        guard confined.fold.state != .idle else { return }
-        if confined.fold.state == .repeating {
+        guard confined.trace.fold.state != .idle else { return }
+        if confined.trace.fold.state == .repeating {
             handOverRepeats()
-            let fold = confined.fold
+            let fold = confined.trace.fold
             if fold.name == TraceFold.blockName {
                 withRecorder { $0.blockBegan(depth: fold.depth, pass: fold.repeatPass) }
             } else {
@@ -296,28 +296,28 @@ extension RunLoop {
                         fold.phase, name: fold.name, detail: fold.detail, depth: fold.depth, pass: fold.repeatPass)
                 }
             }
-        } else if confined.fold.unreported > 0 {
+        } else if confined.trace.fold.unreported > 0 {
             handOverRepeats()
         }
-        confined.fold.state = .idle
+        confined.trace.fold.state = .idle
     }
 
     private func handOverRepeats() {
-        let fold = confined.fold
+        let fold = confined.trace.fold
         if fold.unreported > 0 { withRecorder { $0.calloutRepeated(times: fold.unreported, lastPass: fold.lastPass) } }
-        confined.fold.unreported = 0
-        if fold.state == .ended { confined.fold.state = .idle }
+        confined.trace.fold.unreported = 0
+        if fold.state == .ended { confined.trace.fold.state = .idle }
     }
 
     func traceSleepBegin(_ context: inout RunContext) {
-        guard let recorder = confined.tracer else { return }
+        guard let recorder = confined.trace.tracer else { return }
         settleFold()
         recorder.sleepBegan(depth: traceDepth, pass: tracePass(context))
     }
 
     /// Ends the pass's sleep (if it slept) with what woke it, and the ready descriptors' count.
     func traceWake(_ context: inout RunContext) {
-        guard let recorder = confined.tracer else { return }
+        guard let recorder = confined.trace.tracer else { return }
         settleFold()
         recorder.woke(
             reason: context.pass.wakeReason.rawValue, readyDescriptors: context.scratch.kernelEvents.count,

@@ -46,7 +46,7 @@ extension RunLoop {
     /// kernel descriptors: the foreign loop then does not serve it. Loop thread only.
     package func beginForeignWait() -> ForeignWait? {
         preconditionOnOwnThread("beginForeignWait()")
-        guard confined.runDepth > 0, confined.virtualTimePolicy == nil, !confined.inForeignWait, let backend else {
+        guard confined.runDepth > 0, confined.virtualTimePolicy == nil, !confined.foreignWait.inProgress, let backend else {
             return nil
         }
         let innermost = state.locked { state -> (set: EpollBackend.InterestSet, deadline: Int64, mode: Mode, common: Bool, signalled: Bool)? in
@@ -58,8 +58,8 @@ extension RunLoop {
             )
         }
         guard let innermost else { return nil }
-        confined.inForeignWait = true
-        confined.foreignWaitSet = innermost.set
+        confined.foreignWait.inProgress = true
+        confined.foreignWait.set = innermost.set
         wake.announceSleep()
         let pending =
             wake.requestPendingAfterAnnouncing() || inbox.hasReady
@@ -81,17 +81,17 @@ extension RunLoop {
     @discardableResult
     package func endForeignWait(descriptorReadable: Bool) -> Bool {
         preconditionOnOwnThread("endForeignWait(descriptorReadable:)")
-        guard confined.inForeignWait else { return false }
-        confined.inForeignWait = false
+        guard confined.foreignWait.inProgress else { return false }
+        confined.foreignWait.inProgress = false
         wake.endSleep()
         var found = false
-        if descriptorReadable, let backend, let set = confined.foreignWaitSet {
+        if descriptorReadable, let backend, let set = confined.foreignWait.set {
             var ready = ContiguousArray<EpollBackend.Ready>()
             let outcome = backend.wait(in: set, blocking: false, into: &ready)
             // The descriptors' events are level-triggered: the pass asks the kernel again.
             found = !ready.isEmpty || outcome.timerExpired || takeWaitOutcome(outcome)
         }
-        confined.foreignWaitSet = nil
+        confined.foreignWait.set = nil
         return found || wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .sequentiallyConsistent)
     }
 

@@ -580,9 +580,9 @@ extension RunLoop {
         var context = RunContext(
             id: id, wakeEntry: entry, mode: mode, modeIndex: modeIndex, deadline: deadline,
             pollOnly: pollOnly, returnAfterSourceHandled: returnAfterSourceHandled, scratch: scratch,
-            outerPhase: confined.phase,
+            outerPhase: confined.passes.phase,
             outerPhaseStartNs: instrumentation.phaseStartNs.load(ordering: .relaxed))
-        context.pass.tracing = confined.tracer != nil
+        context.pass.tracing = confined.trace.tracer != nil
         return context
     }
 
@@ -680,25 +680,25 @@ extension RunLoop {
     @inline(__always)
     func beginPass(_ context: inout RunContext) {
         context.ignoredWakeUp = wake.beginPass()
-        confined.generation &+= 1
+        confined.passes.generation &+= 1
         // Not published yet: the pass's first phase publishes it with the new generation.
-        confined.phase = .notRunning
+        confined.passes.phase = .notRunning
         context.pass.busyStamped = false
         context.pass.begun = true
         let flags = instrumentation.flags.load(ordering: .relaxed)
         context.pass.flags = flags & ~LoopInstrumentation.traceEvents
-        if _slowPath(flags & LoopInstrumentation.traceEvents != 0 || confined.tracer != nil) {
+        if _slowPath(flags & LoopInstrumentation.traceEvents != 0 || confined.trace.tracer != nil) {
             // Only between passes of the outermost run: no callout is in progress there.
             if confined.runDepth == 1 { pickUpRecorder() }
-            context.pass.tracing = confined.tracer != nil
+            context.pass.tracing = confined.trace.tracer != nil
         }
         if context.pass.flags & LoopInstrumentation.reportIterations != 0 {
             context.pass.times = PhaseTimes()
             context.pass.wakeReason = .none
-        } else if !confined.reporters.isEmpty {
+        } else if !confined.passes.reporters.isEmpty {
             // The last reporter was removed: its closure goes now, not at the loop's end.
-            confined.reporters = []
-            confined.reportersVersion = 0
+            confined.passes.reporters = []
+            confined.passes.reportersVersion = 0
         }
     }
 

@@ -151,27 +151,26 @@ final class LoopThreadState: @unchecked Sendable {
     /// A nested run ended with blocks in `blocks`: the enclosing run looks at them before it
     /// sleeps (see `handedOverWorkPending`).
     var blocksTakenByNestedRun = false
-    /// The pass count behind ``RunLoop/PhaseSnapshot/generation``, and the phase published now.
-    @exclusivity(unchecked) var generation: UInt64 = 0
-    @exclusivity(unchecked) var phase: RunLoop.Phase = .notRunning
-    /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
-    @exclusivity(unchecked) var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
-    @exclusivity(unchecked) var reportersVersion: UInt64 = 0
-    /// Iteration reporters are being called (see `reportPass`).
-    @exclusivity(unchecked) var reporting = false
+    /// The pass's instrumentation: the phase published, the iteration reporters (Instrumentation/).
+    @exclusivity(unchecked) var passes = PassPublishing()
     /// The batch whose timer handler is running (see `doTimers`); `modeIndex` -1 when none.
     @exclusivity(unchecked) var firingBatch = TimerBatch()
     /// Runs in progress (1 in the outermost run).
     @exclusivity(unchecked) var runDepth = 0
-    /// A foreign wait is in progress (RunLoop+ForeignWait.swift), and the epoll set it polls.
-    @exclusivity(unchecked) var inForeignWait = false
-    @exclusivity(unchecked) var foreignWaitSet: EpollBackend.InterestSet?
+    /// A foreign wait in progress (RunLoop+ForeignWait.swift).
+    @exclusivity(unchecked) var foreignWait = ForeignWaitState()
     /// Set for a loop made on virtual time (VirtualTime.swift): its waits never block.
     @exclusivity(unchecked) var virtualTimePolicy: (any VirtualTimePolicy)?
-    /// The recorder while one is attached (see Tracing.swift), and the attach version it was
-    /// taken up at. It changes only between passes of the outermost run, when no callout is in
-    /// progress.
-    @exclusivity(unchecked) var tracer: (any LoopRecorder)? {
+    /// The trace recorder's state, while one is attached (Tracing.swift).
+    @exclusivity(unchecked) var trace = TraceState()
+}
+
+/// What a trace recorder attached to a loop needs between callouts (Tracing.swift). Part of
+/// `LoopThreadState`: the loop's thread only.
+struct TraceState {
+    /// The recorder while one is attached. It changes only between passes of the outermost run,
+    /// when no callout is in progress.
+    var tracer: (any LoopRecorder)? {
         didSet {
             tracerBox = tracer.map(RecorderBox.init)
             tracerRef = tracerBox.map { Unmanaged.passUnretained($0) }
@@ -181,20 +180,40 @@ final class LoopThreadState: @unchecked Sendable {
     /// ``tracer`` in a box the hooks reach unretained (`RunLoop.recorder(_:)`): a retain and
     /// release per event would cost a third of a recorded event. It changes only between passes
     /// of the outermost run, when no callout is in progress, and ``tracerBox`` keeps it alive.
-    @exclusivity(unchecked) var tracerBox: RecorderBox?
-    @exclusivity(unchecked) var tracerRef: Unmanaged<RecorderBox>?
+    var tracerBox: RecorderBox?
+    var tracerRef: Unmanaged<RecorderBox>?
     /// ``tracer``'s name tag, read once (items' cached names are checked against it per callout);
     /// 0 while none is attached (what the callout hooks test).
-    @exclusivity(unchecked) var tracerTag: UInt32 = 0
-    @exclusivity(unchecked) var traceVersion: UInt64 = 0
+    var tracerTag: UInt32 = 0
+    var traceVersion: UInt64 = 0
     /// Repeated callouts folded before they reach ``tracer`` (see Tracing.swift).
-    @exclusivity(unchecked) var fold = TraceFold(limit: 0)
+    var fold = TraceFold(limit: 0)
     /// Items' name indexes in ``tracer``, by identity (see `RunLoop.itemName`), and the labels'
     /// version they were taken at; at most ``itemNameLimit``.
-    @exclusivity(unchecked) var itemNames: [ObjectIdentifier: UInt32] = [:]
-    @exclusivity(unchecked) var itemNamesVersion: UInt64 = 0
+    var itemNames: [ObjectIdentifier: UInt32] = [:]
+    var itemNamesVersion: UInt64 = 0
     static let itemNameLimit = 65_536
     /// The last mode named in the trace, and its name's index.
-    @exclusivity(unchecked) var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
+    var tracedMode: (mode: RunLoop.Mode, name: UInt32)?
+}
 
+/// What the pass publishes for instrumentation: the pass count and phase (the seam's word), the
+/// iteration reporters (RunLoop+PassInstrumentation.swift). Part of `LoopThreadState`.
+struct PassPublishing {
+    /// The pass count behind ``RunLoop/PhaseSnapshot/generation``, and the phase published now.
+    var generation: UInt64 = 0
+    var phase: RunLoop.Phase = .notRunning
+    /// The iteration reporters, copied when ``LoopInstrumentation/reportersVersion`` changes.
+    var reporters: [(id: UInt64, call: @Sendable (RunLoop.IterationReport) -> Void)] = []
+    var reportersVersion: UInt64 = 0
+    /// Iteration reporters are being called (see `reportPass`).
+    var reporting = false
+}
+
+/// A foreign wait (RunLoop+ForeignWait.swift): another event loop sleeps on the loop's behalf.
+/// Part of `LoopThreadState`.
+struct ForeignWaitState {
+    /// A foreign wait is in progress, and the epoll set it polls.
+    var inProgress = false
+    var set: EpollBackend.InterestSet?
 }

@@ -30,7 +30,6 @@ protocol LoopWaitStrategy {
 }
 
 extension LoopWaitStrategy {
-    @inline(__always)
     func begin(_ loop: RunLoop, _ context: inout RunContext) -> Bool { true }
 }
 
@@ -40,13 +39,11 @@ extension LoopWaitStrategy {
 struct KernelWait: LoopWaitStrategy {
     let backend: EpollBackend
 
-    @inline(__always)
     func poll(_ loop: RunLoop, _ context: inout RunContext) {
         _ = loop.wake.takeRequest()
         loop.askKernel(&context, backend)
     }
 
-    @inline(__always)
     func sleep(_ loop: RunLoop, _ context: inout RunContext) {
         var sleeper = Sleeper(loop: loop, backend: backend)
         switch loop.wake.sleep(&sleeper, &context) {
@@ -72,17 +69,14 @@ struct KernelWait: LoopWaitStrategy {
         var plan = SleepPlan.none
         var outcome = EpollBackend.WaitOutcome()
 
-        @inline(__always)
         func handedOverWork(_ context: RunContext) -> Bool { loop.handedOverWorkPending(context) }
 
-        @inline(__always)
         mutating func plansToBlock(_ context: inout RunContext) -> Bool {
             plan = loop.planKernelSleep(context)
             if case .block = plan { return true }
             return false
         }
 
-        @inline(__always)
         mutating func block(_ context: inout RunContext) -> SleepEnd {
             outcome = backend.wait(in: context.items.interestSet ?? backend.baseSet, blocking: true, into: &context.scratch.kernelEvents)
             return SleepEnd(
@@ -100,13 +94,10 @@ struct KernelWait: LoopWaitStrategy {
 struct SpinAfterWakeUp<Inner: LoopWaitStrategy>: LoopWaitStrategy {
     let inner: Inner
 
-    @inline(__always)
     func begin(_ loop: RunLoop, _ context: inout RunContext) -> Bool { inner.begin(loop, &context) }
 
-    @inline(__always)
     func poll(_ loop: RunLoop, _ context: inout RunContext) { inner.poll(loop, &context) }
 
-    @inline(__always)
     func sleep(_ loop: RunLoop, _ context: inout RunContext) {
         if !context.items.hasDescriptors && loop.confined.recentCrossThreadWakeUp && loop.spinForWakeUp() {
             _ = loop.wake.takeRequest()

@@ -148,14 +148,12 @@ struct WakeProtocol: ~Copyable, Sendable {
     }
 
     /// Yields to the interleaving explorer before a step other threads can see (debug builds only).
-    @inline(__always)
     func step(_ name: StaticString) {
         #if DEBUG
         explorer?.willTake(name)
         #endif
     }
 
-    @inline(__always)
     func keeps(_ line: Line) -> Bool {
         #if DEBUG
         return omitted != line
@@ -168,7 +166,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// Asks for a wakeup; returns whether the caller must wake the sleeping loop (write its
     /// eventfd or post its futex). Coalesced: while a request is pending, nothing more is done.
-    @inline(__always)
     func request() -> Bool {
         // A plain load first: while a request is pending (the common case under load) the flag's
         // cache line stays shared; returning on `true` is safe because the fence ordered this
@@ -181,7 +178,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// Sets `bits` (pending, and the user's mark) in one read-modify-write; returns whether the
     /// caller must wake the sleeping loop.
-    @inline(__always)
     private func makePending(_ bits: UInt8) -> Bool {
         step("waker: fetch-or request")
         if requestWord.bitwiseOr(bits, ordering: .sequentiallyConsistent).oldValue & Self.pending != 0 { return false }
@@ -192,7 +188,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// `wakeUp()`: sorts the request into kept (accepted) and ignored, then asks for it. The
     /// request itself is always made, so a stale read of `accepting` can cost an extra pass,
     /// never a lost wakeup. Returns `request()`'s answer, and whether the request was kept.
-    @inline(__always)
     func requestByUser() -> (mustSignal: Bool, kept: Bool) {
         step("waker: load accepting")
         guard accepting.load(ordering: .relaxed) else {
@@ -225,7 +220,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// A run starts: it is the one `stop()` ends, and it hears `wakeUp()` from its start
     /// (CoreFoundation's per-run data starts so).
-    @inline(__always)
     func beginRun(_ id: UInt64) -> RunEntry {
         step("loop: innermostRun = id")
         let outer = innermostRun.exchange(id, ordering: .acquiringAndReleasing)
@@ -239,7 +233,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// A pass starts: `wakeUp()` is heard again, and a user request kept earlier in the run (e.g.
     /// from an `entry` observer) still ends the next sleep; a request only the library made is
     /// dropped. Returns whether a `wakeUp()` was ignored since the last pass began.
-    @inline(__always)
     func beginPass() -> Bool {
         step("loop: accepting = true (pass)")
         accepting.store(true, ordering: .relaxed)
@@ -252,7 +245,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     }
 
     /// Drops a pending request unless `wakeUp()` or `stop()` asked for it while it was heard.
-    @inline(__always)
     func dropLibraryRequest() {
         step("loop: load request (drop)")
         let word = requestWord.load(ordering: .acquiring)
@@ -268,7 +260,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// From the end of a wait to the next pass, `wakeUp()` is ignored, as in CoreFoundation (this
     /// pass handles what the wait found; the next looks at everything anyway).
-    @inline(__always)
     func stopAccepting() {
         step("loop: accepting = false")
         accepting.store(false, ordering: .relaxed)
@@ -276,7 +267,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// Takes a pending request: the wait it ends has used it. The exchange (not a store)
     /// synchronizes with the waker, so what it queued before asking is seen by the phases after.
-    @inline(__always)
     func takeRequest() -> Bool {
         // A plain load first: a poll with nothing pending (the common case) writes nothing.
         step("loop: load request")
@@ -289,18 +279,15 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// request is pending, left pending (the pass the foreign loop runs takes it). The
     /// sequentially consistent load is the loop's side of the Dekker pattern, as in
     /// ``skipsSleep(handedOver:)``.
-    @inline(__always)
     func requestPendingAfterAnnouncing() -> Bool {
         step("loop: load request (foreign wait)")
         return requestWord.load(ordering: .sequentiallyConsistent) & Self.pending != 0
     }
 
     /// Whether a request is pending (a relaxed look, for spinning and for `hasPendingInput`).
-    @inline(__always)
     var hasRequest: Bool { requestWord.load(ordering: .relaxed) & Self.pending != 0 }
 
     /// The loop is about to sleep: from here on, a waker that makes a request writes the eventfd.
-    @inline(__always)
     func announceSleep() {
         step("loop: sleeping = true")
         sleeping.store(true, ordering: .sequentiallyConsistent)
@@ -309,7 +296,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// Right after ``announceSleep()``: whether the loop must not sleep after all, because a
     /// request is pending (taken) or `handedOver()` finds work that no request announces any more.
     /// The announcement is withdrawn then.
-    @inline(__always)
     func skipsSleep(handedOver: () -> Bool) -> Bool {
         let taken = keeps(.takeRequestAfterAnnouncing) && takeRequest()
         guard taken || (keeps(.lookForHandedOverWork) && handedOver()) else { return false }
@@ -318,7 +304,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     }
 
     /// The sleep is over (or withdrawn): wakers no longer write the eventfd.
-    @inline(__always)
     func endSleep() {
         step("loop: sleeping = false")
         sleeping.store(false, ordering: .sequentiallyConsistent)
@@ -328,7 +313,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// taken (a waker saw `sleeping` just as the loop took its request without sleeping): with no
     /// request pending, no version-1 source asking for attention and nothing else found, the loop
     /// sleeps on.
-    @inline(__always)
     func isStale(_ end: SleepEnd) -> Bool {
         guard end.wokenByEventfd && !end.foundOtherWork else { return false }
         step("loop: load request (stale?)")
@@ -347,7 +331,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     ///
     /// Returns how the sleep ended; the sleeper then takes what the wake found (descriptor
     /// events, the request).
-    @inline(__always)
     func sleep<Sleeper: WakeSleeper>(_ sleeper: inout Sleeper, _ context: inout Sleeper.Context) -> SleepOutcome {
         announceSleep()
         if skipsSleep(handedOver: { sleeper.handedOverWork(context) }) { return .skipped }
@@ -362,7 +345,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     }
 
     /// Takes a stop of run `id`, at the end of its pass.
-    @inline(__always)
     func takeStop(_ id: UInt64) -> Bool {
         step("loop: take stopRequest")
         return stopRequest.load(ordering: .relaxed) == id
@@ -371,7 +353,6 @@ struct WakeProtocol: ~Copyable, Sendable {
 
     /// Whether a stop of run `id` is pending (a `handedOver` check: a nested run may have taken
     /// the stop's request).
-    @inline(__always)
     func stopPending(_ id: UInt64) -> Bool {
         step("loop: load stopRequest")
         return stopRequest.load(ordering: .sequentiallyConsistent) == id
@@ -388,7 +369,6 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// A run ends: requests `wakeUp()` made while it ignored them must not end the enclosing
     /// run's sleep (CoreFoundation never sends them); what other requests were for, the enclosing
     /// wait looks at itself (`handedOver`). The enclosing run is the innermost again.
-    @inline(__always)
     func endRun(_ id: UInt64, _ entry: RunEntry) {
         dropLibraryRequest()
         step("loop: accepting = outer's")
