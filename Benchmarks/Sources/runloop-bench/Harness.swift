@@ -81,6 +81,9 @@ protocol Workload: Sendable {
     func targets(_ results: WorkloadResults) -> [TargetCheck]
     /// Extra lines under the table (derived figures, caveats).
     func notes(_ results: WorkloadResults) -> [String]
+    /// The units of work one repetition does (blocks, messages, round trips, fires), for CPU per
+    /// unit of work: nil where a repetition mixes several kinds of work.
+    var operations: (count: Int, name: String)? { get }
 }
 
 extension Workload {
@@ -90,6 +93,18 @@ extension Workload {
     func runGLib() -> Measurement { fatalError("\(name) has no GLib main loop equivalent") }
     func runGLibTickler() -> Measurement { fatalError("\(name) has no GLib tickler equivalent") }
     func notes(_ results: WorkloadResults) -> [String] { [] }
+    var operations: (count: Int, name: String)? { nil }
+
+    /// Every metric of the table: the workload's own, then CPU per unit of work where it has one.
+    var allMetrics: [Metric] {
+        guard let operations else { return metrics }
+        return metrics + [
+            Metric(
+                Self.cpuKey, "CPU per \(operations.name) (user+system, every thread)", .nanoseconds, .lowerIsBetter)
+        ]
+    }
+
+    static var cpuKey: String { "cpu_ns_per_op" }
 
     func run(_ impl: Impl) -> Measurement {
         switch impl {
@@ -108,15 +123,24 @@ struct Stats: Codable, Sendable {
     let median: Double
     let min: Double
     let max: Double
+    /// The 10th and 90th percentiles (nearest rank): with 10 repetitions, the lowest and the
+    /// highest. The stability goal: p10 ≥ 0.7× the median of a throughput.
+    let p10: Double
+    let p90: Double
     let samples: [Double]
 
     init?(_ samples: [Double]) {
-        guard !samples.isEmpty else { return nil }
+        guard let first = samples.first else { return nil }
         let sorted = samples.sorted()
         let mid = sorted.count / 2
         self.median = sorted.count % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
-        self.min = sorted.first!
-        self.max = sorted.last!
+        self.min = sorted.first ?? first
+        self.max = sorted.last ?? first
+        func rank(_ fraction: Double) -> Double {
+            sorted[Swift.min(sorted.count - 1, Swift.max(0, Int((fraction * Double(sorted.count)).rounded(.up)) - 1))]
+        }
+        self.p10 = rank(0.1)
+        self.p90 = rank(0.9)
         self.samples = samples
     }
 }
@@ -131,7 +155,7 @@ struct WorkloadResults: Sendable {
     /// How many times better RunLoopKit's median is than `other`'s (> 1: RunLoopKit is better):
     /// a throughput ratio for higher-is-better metrics, a time ratio for lower-is-better ones.
     func advantage(_ key: String, over other: Impl) -> Double? {
-        guard let metric = workload.metrics.first(where: { $0.key == key }),
+        guard let metric = workload.allMetrics.first(where: { $0.key == key }),
             let mine = median(.runLoopKit, key), let theirs = median(other, key)
         else { return nil }
         switch metric.direction {
@@ -163,10 +187,17 @@ struct Harness {
             for i in 0..<impls.count {
                 let impl = impls[(i + rep) % impls.count]
                 let started = cbench_now_ns()
-                let measurement = workload.run(impl)
+                let cpuBefore = processCPUNanoseconds()
+                var measurement = workload.run(impl)
+                let cpu = processCPUNanoseconds() - cpuBefore
                 let seconds = Double(cbench_now_ns() - started) / 1e9
+                if let operations = workload.operations {
+                    // The whole repetition: its threads' set-up and teardown are in it, a small
+                    // part of a million units of work.
+                    measurement["cpu_ns_per_op"] = Double(cpu) / Double(operations.count)
+                }
                 for (key, value) in measurement { samples[impl, default: [:]][key, default: []].append(value) }
-                let shown = workload.metrics.compactMap { metric in
+                let shown = workload.allMetrics.compactMap { metric in
                     measurement[metric.key].map { "\(metric.key)=\(Format.value($0, metric.unit))" }
                 }
                 log(
@@ -180,6 +211,14 @@ struct Harness {
         }
         return WorkloadResults(workload: workload, stats: stats)
     }
+}
+
+/// The process's user and system CPU time, every thread's (getrusage RUSAGE_SELF), in nanoseconds.
+func processCPUNanoseconds() -> Int64 {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    func ns(_ t: timeval) -> Int64 { Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_usec) * 1_000 }
+    return ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
 // MARK: - Shared plumbing for the workloads

@@ -138,7 +138,7 @@ struct BenchReport: Codable {
 
 func makeReport(_ r: WorkloadResults) -> WorkloadReport {
     let w = r.workload
-    let metrics = w.metrics.map { m -> MetricReport in
+    let metrics = w.allMetrics.map { m -> MetricReport in
         var results: [String: Stats] = [:]
         var advantage: [String: Double] = [:]
         for impl in w.implementations {
@@ -159,12 +159,12 @@ func renderTable(_ index: Int, _ r: WorkloadResults, _ report: WorkloadReport) -
     let w = r.workload
     var out = "\(index). \(w.title) [\(w.name)]\n"
     out += wrap(w.summary, indent: "   ") + "\n"
-    let labelWidth = max(26, w.metrics.map { $0.label.count + 2 }.max() ?? 0)
+    let labelWidth = max(26, w.allMetrics.map { $0.label.count + 2 }.max() ?? 0)
     let cell = 27
     out += "   " + Format.pad("median (min–max)", labelWidth)
     for impl in w.implementations { out += Format.pad(impl.rawValue, cell) }
     out += "\n"
-    for m in w.metrics {
+    for m in w.allMetrics {
         out += "   " + Format.pad(m.label, labelWidth)
         for impl in w.implementations {
             guard let s = r.stats[impl]?[m.key] else {
@@ -180,6 +180,16 @@ func renderTable(_ index: Int, _ r: WorkloadResults, _ report: WorkloadReport) -
             m.runLoopKitAdvantage[impl.rawValue].map { String(format: "%.2f× %@", $0, impl.rawValue) }
         }
         out += "   RunLoopKit advantage, \(m.label): \(parts.joined(separator: ", "))\n"
+    }
+    // Stability: the worst tenth of the runs against the median, as a fraction of it (the goal:
+    // ≥ 0.7): p10 / median for a throughput, median / p90 for a time. With 5 repetitions or more.
+    for m in w.metrics where m.unit != .count && m.unit != .bytes {
+        let parts = w.implementations.compactMap { impl -> String? in
+            guard let s = r.stats[impl]?[m.key], s.samples.count >= 5, s.median > 0, s.p90 > 0 else { return nil }
+            let worstTenth = m.direction == .higherIsBetter ? s.p10 / s.median : s.median / s.p90
+            return String(format: "%@ %.2f", impl.rawValue, worstTenth)
+        }
+        if !parts.isEmpty { out += "   stability (worst tenth / median), \(m.label): \(parts.joined(separator: ", "))\n" }
     }
     for note in report.notes { out += wrap(note, indent: "   ") + "\n" }
     for t in report.targets {

@@ -15,6 +15,7 @@ import class RunLoopKit.RunLoop
 /// a CFRunLoop thread). No target: reported only.
 struct MessagePortWorkload: Workload {
     var messages = 1_000_000
+    var operations: (count: Int, name: String)? { (messages, "message") }
 
     var name: String { "port" }
     var title: String { "MessagePort throughput" }

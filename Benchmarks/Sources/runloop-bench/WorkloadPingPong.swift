@@ -10,6 +10,7 @@ import class RunLoopKit.RunLoop
 /// 2. Ping-pong: two loops on two threads bounce a wakeup back and forth.
 struct PingPongWorkload: Workload {
     var roundTrips = 100_000
+    var operations: (count: Int, name: String)? { (roundTrips, "round trip") }
 
     var name: String { "pingpong" }
     var title: String { "Ping-pong between two loops" }

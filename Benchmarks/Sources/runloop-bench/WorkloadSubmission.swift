@@ -10,6 +10,7 @@ import class RunLoopKit.RunLoop
 /// 1. Cross-thread submission: another thread submits blocks that each wake the loop.
 struct SubmissionWorkload: Workload {
     var blocks = 1_000_000
+    var operations: (count: Int, name: String)? { (blocks, "block") }
 
     var name: String { "submit" }
     var title: String { "Cross-thread submission" }

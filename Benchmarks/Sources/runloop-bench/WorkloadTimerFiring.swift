@@ -10,6 +10,7 @@ import class RunLoopKit.RunLoop
 /// 4. Timer firing: one-shot timers all due within 50 ms.
 struct TimerFiringWorkload: Workload {
     var timers = 100_000
+    var operations: (count: Int, name: String)? { (timers, "timer (added and fired)") }
     /// Fire dates are `margin` + [0, 50 ms) after the adding starts, so that every implementation
     /// has added all its timers before the first one is due (checked: a run that did not is flagged).
     var margin: Int64 = 600_000_000
