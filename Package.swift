@@ -283,8 +283,7 @@ let package = Package(
                 "RunLoopScheduling",
                 "RunLoopLabNetwork",
                 "RunLoopConcurrency",
-                // The core's C shims (the thread id and name), shared rather than written again.
-                "CRunLoopKit",
+                "CRunLoopLab",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 // Experiment 24 (a GTK 4 window dragged under Xvfb), with the trait GTK only.

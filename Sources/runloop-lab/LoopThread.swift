@@ -1,4 +1,4 @@
-import CRunLoopKit
+import CRunLoopLab
 import Foundation
 import RunLoopKit
 import Synchronization
@@ -19,7 +19,7 @@ final class LoopThread: Sendable {
         // Foundation names the kernel thread only after the body has started, too late for the
         // loop (which keeps the name its thread had when it was made) and for traces.
         let thread = Thread {
-            _ = crlk_set_thread_name(name)
+            _ = crll_set_thread_name(name)
             self.main(body)
         }
         thread.name = name

@@ -1,5 +1,5 @@
 import ArgumentParser
-import CRunLoopKit
+import CRunLoopLab
 import Foundation
 import RunLoopKit
 import Synchronization
@@ -149,7 +149,7 @@ enum CrashGuard {
     ) {
         fatalPrecondition(loop.isCurrent, "CrashGuard.install runs on the guarded loop's thread")
         Self.loop = loop
-        Self.thread = crlk_gettid()
+        Self.thread = crll_gettid()
         Self.grace = gracePeriod
         Self.onCrash = onCrash
         Self.afterGrace = afterGrace
@@ -163,7 +163,7 @@ enum CrashGuard {
     }
 
     private static let handle: @convention(c) (Int32) -> Void = { signal in
-        guard crlk_gettid() == CrashGuard.thread, !CrashGuard.entered, let loop = CrashGuard.loop else {
+        guard crll_gettid() == CrashGuard.thread, !CrashGuard.entered, let loop = CrashGuard.loop else {
             CrashGuard.reraise(signal)
             return
         }

@@ -1,4 +1,4 @@
-import CRunLoopKit
+import CRunLoopLab
 import Foundation
 import RunLoopMonitor
 import Synchronization
@@ -36,10 +36,10 @@ struct HotThread: Experiment {
         let spinnerID = ThreadIDBox()
         let (spinStart, spinEnd) = (ThreadMark(), ThreadMark())
         let spinner = Thread {
-            crlk_set_thread_name("spinner")
-            spinnerID.value.store(crlk_gettid(), ordering: .releasing)
+            crll_set_thread_name("spinner")
+            spinnerID.value.store(crll_gettid(), ordering: .releasing)
             named.signal()
-            trace.log("spinner:  tid \(crlk_gettid()), spinning in spinComputingHashes()")
+            trace.log("spinner:  tid \(crll_gettid()), spinning in spinComputingHashes()")
             spinStart.mark()
             spinComputingHashes(until: stop)
             spinEnd.mark()

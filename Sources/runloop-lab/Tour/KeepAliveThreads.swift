@@ -1,4 +1,4 @@
-import CRunLoopKit
+import CRunLoopLab
 import Foundation
 import RunLoopKit
 
@@ -128,7 +128,7 @@ struct KeepAliveThreads: Experiment {
         let comm = (try? String(contentsOfFile: "/proc/self/task/\(worker.threadID)/comm", encoding: .utf8)) ?? "?"
         trace.log("main:  PermanentThread(name: \"permanent\"): tid \(worker.threadID), OS name '\(comm.trimmed)'")
         for index in 1...3 {
-            try? worker.execute { trace.log("permanent: task \(index) (tid \(crlk_gettid()))") }
+            try? worker.execute { trace.log("permanent: task \(index) (tid \(crll_gettid()))") }
         }
         let sum = (try? worker.executeAndWait { (1...10).reduce(0, +) }) ?? -1
         trace.log("main:  executeAndWait { 1 + ... + 10 } returned \(sum)")
