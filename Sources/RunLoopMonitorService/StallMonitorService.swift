@@ -1,5 +1,5 @@
 #if ServiceLifecycle
-import Dispatch
+import Foundation
 public import RunLoopMonitor
 public import ServiceLifecycle
 
@@ -55,11 +55,16 @@ public struct StallMonitorService: Service {
         // Thrown only when the task is cancelled before graceful shutdown: both end the service.
         try? await gracefulShutdown()
         let monitor = self.monitor
+        // stop() joins the monitor's threads, which may be busy for a while (a capture, a name
+        // lookup): on a thread of its own, not a dispatch worker, whose pool the application's
+        // blocked work may have used up (it then waited seconds for a worker, under load).
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
+            let stopper = Thread {
                 monitor.stop()
                 done.resume()
             }
+            stopper.name = "rlk.stallmon-stop"
+            stopper.start()
         }
     }
 }

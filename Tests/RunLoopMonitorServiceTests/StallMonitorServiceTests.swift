@@ -79,7 +79,10 @@ final class Events: Sendable {
         } else {
             Issue.record("the stall under way at the shutdown did not end: \(final)")
         }
-        #expect(ContinuousClock.now - shutdownAt < .seconds(2))
+        // The monitor's threads finish what they are doing (a capture, a name lookup) and exit:
+        // well under 2 s, and under a sanitizer on a loaded machine (everything 5-15× slower,
+        // the other suites' threads beside it) under 15 s.
+        #expect(ContinuousClock.now - shutdownAt < (Sanitizers.any ? .seconds(15) : .seconds(2)))
         // Stopped: the rest of the stall (and any later one) is never reported.
         queue.sync {}
         #expect(events.all.count == 4)
