@@ -191,9 +191,9 @@ struct Harness {
                 var measurement = workload.run(impl)
                 let cpu = processCPUNanoseconds() - cpuBefore
                 let seconds = Double(cbench_now_ns() - started) / 1e9
-                if let operations = workload.operations {
-                    // The whole repetition: its threads' set-up and teardown are in it, a small
-                    // part of a million units of work.
+                if let operations = workload.operations, measurement["cpu_ns_per_op"] == nil {
+                    // The whole repetition (unless the workload measured a part of it): its
+                    // threads' set-up and teardown are in it, a small part of the work.
                     measurement["cpu_ns_per_op"] = Double(cpu) / Double(operations.count)
                 }
                 for (key, value) in measurement { samples[impl, default: [:]][key, default: []].append(value) }

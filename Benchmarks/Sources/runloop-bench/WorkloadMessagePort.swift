@@ -12,7 +12,7 @@ import class RunLoopKit.RunLoop
 /// thread. RunLoopKit `MessagePort.send` (the port is a version-1 source on the loop), SwiftNIO
 /// `EventLoop.execute` with the `Int` captured, CF `CFRunLoopPerformBlock` + `CFRunLoopWakeUp`
 /// (CF has no typed in-process port; a block per message is the usual way to hand a value to
-/// a CFRunLoop thread). No target: reported only.
+/// a CFRunLoop thread). The floor is the submission floor (floors.c).
 struct MessagePortWorkload: Workload {
     var messages = 1_000_000
     var operations: (count: Int, name: String)? { (messages, "message") }
@@ -120,7 +120,19 @@ struct MessagePortWorkload: Workload {
         }
     }
 
-    func targets(_ r: WorkloadResults) -> [TargetCheck] { [] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+
+    /// The same-policy floor: the submission floor (floors.c), whose items are what a message is to
+    /// a port, a value handed to the loop's thread and a call there (no order check).
+    func runFloor() -> Measurement {
+        let ns = cbench_submit_policy_floor(messages)
+        precondition(ns > 0, "the submission floor failed")
+        return ["messages_per_s": Double(messages) / (Double(ns) / 1e9)]
+    }
+
+    func targets(_ r: WorkloadResults) -> [TargetCheck] {
+        [.ratio("within 1.2× the same-policy floor", r.advantage("messages_per_s", over: .floor), atLeast: 1 / 1.2)]
+    }
 
     func notes(_ r: WorkloadResults) -> [String] {
         Impl.allCases.compactMap { impl in

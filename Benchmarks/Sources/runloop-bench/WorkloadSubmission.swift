@@ -73,10 +73,21 @@ struct SubmissionWorkload: Workload {
         }
     }
 
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+
+    /// The same-policy floor (floors.c): a mutex-guarded buffer swapped whole by the consumer, the
+    /// same wakeups and spin, a function call per item (no closure, no allocation, no pass).
+    func runFloor() -> Measurement {
+        let ns = cbench_submit_policy_floor(blocks)
+        precondition(ns > 0, "the submission floor failed")
+        return ["blocks_per_s": Double(blocks) / (Double(ns) / 1e9)]
+    }
+
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [
             .ratio("≥ 1.5× NIO", r.advantage("blocks_per_s", over: .nio), atLeast: 1.5),
             .ratio("≥ 6× CF", r.advantage("blocks_per_s", over: .cf), atLeast: 6),
+            .ratio("within 1.2× the same-policy floor", r.advantage("blocks_per_s", over: .floor), atLeast: 1 / 1.2),
         ]
     }
 }

@@ -25,6 +25,16 @@ size_t cbench_heap_in_use(void);
 /// nanoseconds of the bounces (threads already started), or 0 on error.
 uint64_t cbench_pingpong_floor(long round_trips);
 
+/// The ping-pong floor with RunLoopKit's policy (floors.c): the wakeup flag and sleeping flag, the
+/// eventfd written only to a sleeping side, and (`spin`) 5 µs of watching for the next wakeup
+/// before sleeping. Returns the elapsed nanoseconds of `round_trips` bounces, or 0 on error.
+uint64_t cbench_pingpong_policy_floor(long round_trips, bool spin);
+
+/// The cross-thread submission floor with RunLoopKit's policy (floors.c): a mutex-guarded buffer
+/// swapped whole by the consumer, the same wakeups and spin as above; `items` function calls.
+/// Returns the nanoseconds from the first submission to the last call, or 0 on error.
+uint64_t cbench_submit_policy_floor(long items);
+
 /// A control thread that blocks in sem_wait until released: measures what reading another
 /// thread's context switches costs that thread (should be nothing). Returns its tid.
 int cbench_control_thread_start(void);
