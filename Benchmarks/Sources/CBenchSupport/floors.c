@@ -130,11 +130,7 @@ uint64_t cbench_pingpong_policy_floor(long round_trips, bool spin) {
         pthread_barrier_init(&start, NULL, 2);
         struct spp_side a = {&w[0], &w[1], round_trips, 1, spin, &start, 0};
         struct spp_side b = {&w[1], &w[0], round_trips, 0, spin, &start, 0};
-        pthread_t ta, tb;
-        pthread_create(&tb, NULL, spp_thread, &b);
-        pthread_create(&ta, NULL, spp_thread, &a);
-        pthread_join(ta, NULL);
-        pthread_join(tb, NULL);
+        cbench_run_pair(spp_thread, &a, &b);
         pthread_barrier_destroy(&start);
         result = a.elapsed;
     }

@@ -54,6 +54,14 @@ size_t cbench_heap_in_use(void) {
 
 // MARK: ping-pong floor
 
+void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder) {
+    pthread_t ta, tb;
+    pthread_create(&tb, NULL, side, responder);
+    pthread_create(&ta, NULL, side, initiator);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+}
+
 struct pp_side {
     int epfd, own, other;
     long round_trips;
@@ -114,11 +122,7 @@ uint64_t cbench_pingpong_floor(long round_trips) {
     pthread_barrier_init(&start, NULL, 2);
     struct pp_side a = {ep[0], efd[0], efd[1], round_trips, 1, &start, 0};
     struct pp_side b = {ep[1], efd[1], efd[0], round_trips, 0, &start, 0};
-    pthread_t ta, tb;
-    pthread_create(&tb, NULL, pp_thread, &b);
-    pthread_create(&ta, NULL, pp_thread, &a);
-    pthread_join(ta, NULL);
-    pthread_join(tb, NULL);
+    cbench_run_pair(pp_thread, &a, &b);
     pthread_barrier_destroy(&start);
     result = a.elapsed;
 out:

@@ -124,11 +124,7 @@ struct MessagePortWorkload: Workload {
 
     /// The same-policy floor: the submission floor (floors.c), whose items are what a message is to
     /// a port, a value handed to the loop's thread and a call there (no order check).
-    func runFloor() -> Measurement {
-        let ns = cbench_submit_policy_floor(messages)
-        precondition(ns > 0, "the submission floor failed")
-        return ["messages_per_s": Double(messages) / (Double(ns) / 1e9)]
-    }
+    func runFloor() -> Measurement { ["messages_per_s": submissionFloorPerSecond(messages)] }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [.ratio("within 1.2× the same-policy floor", r.advantage("messages_per_s", over: .floor), atLeast: 1 / 1.2)]

@@ -77,11 +77,7 @@ struct SubmissionWorkload: Workload {
 
     /// The same-policy floor (floors.c): a mutex-guarded buffer swapped whole by the consumer, the
     /// same wakeups and spin, a function call per item (no closure, no allocation, no pass).
-    func runFloor() -> Measurement {
-        let ns = cbench_submit_policy_floor(blocks)
-        precondition(ns > 0, "the submission floor failed")
-        return ["blocks_per_s": Double(blocks) / (Double(ns) / 1e9)]
-    }
+    func runFloor() -> Measurement { ["blocks_per_s": submissionFloorPerSecond(blocks)] }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [
@@ -90,6 +86,13 @@ struct SubmissionWorkload: Workload {
             .ratio("within 1.2× the same-policy floor", r.advantage("blocks_per_s", over: .floor), atLeast: 1 / 1.2),
         ]
     }
+}
+
+/// Items per second through the same-policy submission floor (floors.c): submit's and port's floor.
+func submissionFloorPerSecond(_ items: Int) -> Double {
+    let ns = cbench_submit_policy_floor(items)
+    precondition(ns > 0, "the submission floor failed")
+    return Double(items) / (Double(ns) / 1e9)
 }
 
 extension TargetCheck {

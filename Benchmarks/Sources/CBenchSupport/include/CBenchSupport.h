@@ -25,6 +25,10 @@ size_t cbench_heap_in_use(void);
 /// nanoseconds of the bounces (threads already started), or 0 on error.
 uint64_t cbench_pingpong_floor(long round_trips);
 
+/// Runs `side` on two new threads, `responder`'s started first, and joins both (the ping-pong
+/// floors' two sides).
+void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder);
+
 /// The ping-pong floor with RunLoopKit's policy (floors.c): the wakeup flag and sleeping flag, the
 /// eventfd written only to a sleeping side, and (`spin`) 5 µs of watching for the next wakeup
 /// before sleeping. Returns the elapsed nanoseconds of `round_trips` bounces, or 0 on error.
