@@ -180,11 +180,16 @@ extension RunLoop {
         }
     }
 
-    /// Spins for at most ``LoopThreadState/spinNs`` watching for a wakeup request;
-    /// returns whether one came. Used only right after a wakeup from another thread, so an idle
-    /// loop or a loop woken by its own timers never spins.
+    /// Spins for at most ``wakeUpSpinWindow`` watching for a wakeup request; returns whether one
+    /// came (false at once where the window is zero). Used only right after a wakeup from
+    /// another thread, so an idle loop or a loop woken by its own timers never spins.
     func spinForWakeUp() -> Bool {
-        let limit = LoopClock.now() &+ LoopThreadState.spinNs
+        let window = wakeUpSpinNs.load(ordering: .relaxed)
+        guard window > 0 else {
+            confined.recentCrossThreadWakeUp = false
+            return false
+        }
+        let limit = LoopClock.now() &+ window
         var spins = 0
         while !wake.hasRequest {
             crlk_cpu_relax()

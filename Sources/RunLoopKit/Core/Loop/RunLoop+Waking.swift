@@ -41,6 +41,25 @@ extension RunLoop {
         set { timerSpinNs.store(max(0, newValue.saturatedNanoseconds), ordering: .relaxed) }
     }
 
+    /// How long the loop watches for the next wakeup on the CPU, right after another thread woke
+    /// it, before it sleeps in the kernel again. 5 µs by default, about the price of one sleep
+    /// and wakeup: a producer that hands work over in quick succession (a request and its reply,
+    /// a stream of blocks) then finds the loop awake, and neither side pays for a wakeup.
+    ///
+    /// The spin only follows a wakeup from another thread, and only in modes without descriptor
+    /// sources, so an idle loop or one woken by its own timers never spins. Its price is CPU time:
+    /// up to the window per cross-thread wakeup. Set `.zero` where that matters more than latency
+    /// (a loop that shares its core with its producer, a battery-powered device, a machine with
+    /// more busy threads than cores). Negative values count as zero; values above 1 ms count as
+    /// 1 ms. Safe from any thread; takes effect at the loop's next sleep.
+    public var wakeUpSpinWindow: Duration {
+        get { .nanoseconds(wakeUpSpinNs.load(ordering: .relaxed)) }
+        set {
+            let ns = min(max(0, newValue.saturatedNanoseconds), LoopThreadState.maximumSpinNs)
+            wakeUpSpinNs.store(ns, ordering: .relaxed)
+        }
+    }
+
     /// Ends the innermost run in progress with ``RunResult/stopped``. Safe from any thread. A stop
     /// while the loop is not running is dropped, as in CoreFoundation.
     public func stop() {

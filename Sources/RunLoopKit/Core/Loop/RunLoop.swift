@@ -95,6 +95,8 @@ public final class RunLoop: Sendable, Hashable, CustomStringConvertible {
     let blocksClosed = Atomic<Bool>(false)
     /// ``timerSpinWindow`` in nanoseconds.
     let timerSpinNs = Atomic<Int64>(0)
+    /// ``wakeUpSpinWindow`` in nanoseconds.
+    let wakeUpSpinNs = Atomic<Int64>(LoopThreadState.spinNs)
     /// The instrumentation seam: phase, generation, reporters (Instrumentation.swift).
     let instrumentation = LoopInstrumentation()
     /// Per-loop objects of the layers above the core (see ``LoopAttachments``).

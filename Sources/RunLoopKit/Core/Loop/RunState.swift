@@ -140,8 +140,12 @@ final class LoopThreadState: @unchecked Sendable {
     /// The last sleep ended with a wakeup from another thread (or was cut short by one).
     @exclusivity(unchecked) var recentCrossThreadWakeUp = false
     /// How long a loop that was just woken by another thread watches for the next wakeup before
-    /// sleeping: about the cost of one sleep and wakeup on this kind of machine.
+    /// sleeping, unless ``RunLoop/wakeUpSpinWindow`` says otherwise: about the cost of one sleep
+    /// and wakeup on this kind of machine.
     static let spinNs: Int64 = 5_000
+    /// The longest ``RunLoop/wakeUpSpinWindow`` takes: past a millisecond, spinning costs more CPU
+    /// than the sleep it saves is worth on any machine.
+    static let maximumSpinNs: Int64 = 1_000_000
     /// How often a loop without its kernel descriptors (or a mode without its epoll set) tries
     /// again to open them while it sleeps.
     static let descriptorRetryNs: Int64 = 100_000_000

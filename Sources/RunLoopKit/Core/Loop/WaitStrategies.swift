@@ -88,7 +88,7 @@ struct KernelWait: LoopWaitStrategy {
 
 /// After a wakeup from another thread more work usually follows within microseconds: before the
 /// inner strategy sleeps, watch for it briefly (`RunLoop.spinForWakeUp`, at most
-/// `LoopThreadState.spinNs`). Only in modes without descriptor sources (their events
+/// ``RunLoop/wakeUpSpinWindow``, 5 µs by default). Only in modes without descriptor sources (their events
 /// would wait out the spin), and only right after a cross-thread wakeup, so an idle loop or one
 /// woken by its own timers never spins.
 struct SpinAfterWakeUp<Inner: LoopWaitStrategy>: LoopWaitStrategy {
