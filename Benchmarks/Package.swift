@@ -21,6 +21,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         // The `clocktest` workload compares RunLoopClock with swift-clocks' TestClock.
         .package(url: "https://github.com/pointfreeco/swift-clocks", exact: "1.1.1"),
+        // RunLoopKitOperations: per-operation CPU, allocations, syscalls and context switches in
+        // package-benchmark's form (`swift package --package-path Benchmarks benchmark`). Its malloc
+        // interposer only: the runtime interposer's package is not among those this machine
+        // resolves offline, and the figures here do not need retain counts.
+        .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         // eventfd + epoll ping-pong floor, gettid, a per-thread malloc counter, mallinfo2.
@@ -68,6 +73,17 @@ let package = Package(
                 .product(name: "RunLoopKit", package: "RunLoopKit"),
                 .product(name: "RunLoopMonitor", package: "RunLoopKit"),
             ]
+        ),
+        // package-benchmark's target: its own executable, since package-benchmark interposes malloc
+        // and runloop-bench's CBenchSupport does too.
+        .executableTarget(
+            name: "RunLoopKitOperations",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "RunLoopKit", package: "RunLoopKit"),
+            ],
+            path: "Benchmarks/RunLoopKitOperations",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
         .executableTarget(
             name: "runloop-bench",

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 static const uint64_t floor_spin_ns = 5000;
@@ -169,6 +171,7 @@ struct floor_queue {
     atomic_bool pending;
     struct floor_waiter waiter;
     atomic_bool stop;
+    bool spin;
 };
 
 struct floor_counter {
@@ -197,7 +200,7 @@ static void *floor_consumer(void *raw) {
             spare = full;
             continue;
         }
-        floor_wait(&q->waiter, woken);
+        floor_wait(&q->waiter, woken && q->spin);
         woken = true;
     }
     free(spare.items);
@@ -214,8 +217,8 @@ static int floor_submit(struct floor_queue *q, struct floor_item item) {
     return failed;
 }
 
-uint64_t cbench_submit_policy_floor(long items) {
-    struct floor_queue q = {.filling = {0}};
+uint64_t cbench_submit_policy_floor(long items, bool spin) {
+    struct floor_queue q = {.filling = {0}, .spin = spin};
     pthread_mutex_init(&q.lock, NULL);
     atomic_init(&q.pending, false);
     atomic_init(&q.stop, false);
@@ -239,4 +242,277 @@ uint64_t cbench_submit_policy_floor(long items) {
     free(q.filling.items);
     pthread_mutex_destroy(&q.lock);
     return result;
+}
+
+// MARK: Timers, the same policy
+//
+// RunLoopKit's timers: each is an object of its own (one allocation), scheduled as an entry of a
+// 4-ary min-heap ordered by (fire date, insertion number) that points at it; an entry is live
+// while its generation matches the timer's. Adding takes the loop's lock and re-arms the timerfd
+// when the new timer is the earliest. A wakeup collects every due timer under the lock in one
+// step, re-arms the timerfd for the next one, and fires them outside the lock, one by one.
+
+struct floor_timer {
+    void (*call)(void *);
+    void *argument;
+    uint64_t generation;
+};
+
+struct floor_entry {
+    int64_t fire, latest;
+    uint64_t sequence, generation;
+    struct floor_timer *timer;
+};
+
+struct floor_heap {
+    struct floor_entry *entries;
+    size_t count, capacity;
+    uint64_t next_sequence;
+};
+
+/// A callee that does nothing, where the floors need one.
+static void floor_nothing(void *raw) {
+    (void)raw;
+    __asm__ __volatile__("" ::: "memory");
+}
+
+static inline bool floor_precedes(const struct floor_entry *a, const struct floor_entry *b) {
+    return a->fire < b->fire || (a->fire == b->fire && a->sequence < b->sequence);
+}
+
+static int floor_heap_push(struct floor_heap *h, struct floor_entry e) {
+    if (h->count == h->capacity) {
+        size_t capacity = h->capacity ? h->capacity * 2 : 64;
+        struct floor_entry *grown = realloc(h->entries, capacity * sizeof *grown);
+        if (!grown) return -1;
+        h->entries = grown;
+        h->capacity = capacity;
+    }
+    size_t i = h->count++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 4;
+        if (!floor_precedes(&e, &h->entries[parent])) break;
+        h->entries[i] = h->entries[parent];
+        i = parent;
+    }
+    h->entries[i] = e;
+    return 0;
+}
+
+static struct floor_entry floor_heap_pop(struct floor_heap *h) {
+    struct floor_entry top = h->entries[0];
+    struct floor_entry last = h->entries[--h->count];
+    size_t n = h->count, i = 0;
+    for (;;) {
+        size_t first = 4 * i + 1;
+        if (first >= n) break;
+        size_t best = first, end = first + 4 < n ? first + 4 : n;
+        for (size_t c = first + 1; c < end; c++)
+            if (floor_precedes(&h->entries[c], &h->entries[best])) best = c;
+        if (!floor_precedes(&h->entries[best], &last)) break;
+        h->entries[i] = h->entries[best];
+        i = best;
+    }
+    if (n > 0) h->entries[i] = last;
+    return top;
+}
+
+/// The loop's lock: uncontended here, as on a loop thread adding its own timers (RunLoopKit's
+/// SpinLock: an acquiring exchange, a releasing store).
+struct floor_lock {
+    atomic_bool held;
+};
+
+static inline void floor_lock_take(struct floor_lock *l) {
+    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) floor_relax();
+}
+
+static inline void floor_lock_give(struct floor_lock *l) { atomic_store_explicit(&l->held, false, memory_order_release); }
+
+struct floor_timer_loop {
+    struct floor_heap heap;
+    struct floor_lock lock;
+    int epfd, timerfd, eventfd;
+    int64_t armed;
+};
+
+static void floor_arm(struct floor_timer_loop *loop, int64_t deadline) {
+    if (deadline == loop->armed) return;
+    struct itimerspec spec = {{0, 0}, {0, 0}};
+    if (deadline != INT64_MAX) {
+        int64_t at = deadline > 0 ? deadline : 1;
+        spec.it_value.tv_sec = at / 1000000000;
+        spec.it_value.tv_nsec = at % 1000000000;
+    }
+    timerfd_settime(loop->timerfd, TFD_TIMER_ABSTIME, &spec, NULL);
+    loop->armed = deadline;
+}
+
+static int floor_timer_loop_init(struct floor_timer_loop *loop) {
+    *loop = (struct floor_timer_loop){.heap = {0}, .armed = INT64_MAX};
+    atomic_init(&loop->lock.held, false);
+    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    loop->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    loop->eventfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (loop->epfd < 0 || loop->timerfd < 0 || loop->eventfd < 0) return -1;
+    struct epoll_event timer_event = {.events = EPOLLIN, .data.u64 = 1};
+    struct epoll_event wake_event = {.events = EPOLLIN, .data.u64 = 2};
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->timerfd, &timer_event) < 0) return -1;
+    return epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->eventfd, &wake_event);
+}
+
+static void floor_timer_loop_close(struct floor_timer_loop *loop) {
+    while (loop->heap.count > 0) free(floor_heap_pop(&loop->heap).timer);
+    free(loop->heap.entries);
+    if (loop->epfd >= 0) close(loop->epfd);
+    if (loop->timerfd >= 0) close(loop->timerfd);
+    if (loop->eventfd >= 0) close(loop->eventfd);
+}
+
+/// Creates a timer and adds it: an allocation, the lock, a heap push, and a timerfd re-arm when it
+/// is the new earliest.
+static int floor_add_timer(struct floor_timer_loop *loop, int64_t fire, void (*call)(void *), void *argument) {
+    struct floor_timer *timer = malloc(sizeof *timer);
+    if (!timer) return -1;
+    *timer = (struct floor_timer){call, argument, 1};
+    floor_lock_take(&loop->lock);
+    struct floor_entry entry = {fire, fire, loop->heap.next_sequence++, 1, timer};
+    int failed = floor_heap_push(&loop->heap, entry);
+    if (!failed && loop->heap.entries[0].timer == timer) floor_arm(loop, fire);
+    floor_lock_give(&loop->lock);
+    if (failed) free(timer);
+    return failed;
+}
+
+uint64_t cbench_insert_policy_floor(const int64_t *offsets, long count) {
+    struct floor_timer_loop loop;
+    uint64_t result = 0;
+    if (floor_timer_loop_init(&loop) == 0) {
+        int64_t base = (int64_t)cbench_now_ns();
+        uint64_t start = cbench_now_ns();
+        int failed = 0;
+        for (long i = 0; i < count && !failed; i++) failed = floor_add_timer(&loop, base + offsets[i], floor_nothing, NULL);
+        if (!failed) result = cbench_now_ns() - start;
+    }
+    floor_timer_loop_close(&loop);
+    return result;
+}
+
+struct floor_fire_run {
+    const int64_t *offsets;
+    long count;
+    long fired;
+    uint64_t first_due, last_fire;
+    bool overran;
+    int failed;
+};
+
+static void floor_fired(void *raw) {
+    struct floor_fire_run *run = raw;
+    if (++run->fired == run->count) run->last_fire = cbench_now_ns();
+}
+
+static void *floor_fire_thread(void *raw) {
+    struct floor_fire_run *run = raw;
+    struct floor_timer_loop loop;
+    struct floor_timer **due = malloc((size_t)run->count * sizeof *due);
+    if (!due || floor_timer_loop_init(&loop) != 0) {
+        run->failed = 1;
+        free(due);
+        return NULL;
+    }
+    int64_t base = (int64_t)cbench_now_ns(), first = INT64_MAX;
+    for (long i = 0; i < run->count && !run->failed; i++) {
+        if (run->offsets[i] < first) first = run->offsets[i];
+        run->failed = floor_add_timer(&loop, base + run->offsets[i], floor_fired, run);
+    }
+    run->first_due = (uint64_t)(base + first);
+    run->overran = cbench_now_ns() >= run->first_due;
+    while (!run->failed && run->fired < run->count) {
+        struct epoll_event events[8];
+        int n = epoll_wait(loop.epfd, events, 8, -1);
+        for (int i = 0; i < n; i++) {
+            if (events[i].data.u64 != 1) continue;
+            uint64_t expirations;
+            if (read(loop.timerfd, &expirations, sizeof expirations) > 0) loop.armed = INT64_MAX;
+        }
+        int64_t now = (int64_t)cbench_now_ns();
+        size_t taken = 0;
+        floor_lock_take(&loop.lock);
+        while (loop.heap.count > 0 && loop.heap.entries[0].fire <= now) {
+            struct floor_entry entry = floor_heap_pop(&loop.heap);
+            if (entry.generation == entry.timer->generation) due[taken++] = entry.timer;
+        }
+        floor_arm(&loop, loop.heap.count > 0 ? loop.heap.entries[0].fire : INT64_MAX);
+        floor_lock_give(&loop.lock);
+        for (size_t i = 0; i < taken; i++) {
+            due[i]->generation++;  // a one-shot timer is invalid once it fired
+            due[i]->call(due[i]->argument);
+            free(due[i]);
+        }
+    }
+    floor_timer_loop_close(&loop);
+    free(due);
+    return NULL;
+}
+
+uint64_t cbench_fire_policy_floor(const int64_t *offsets, long count, bool *overran) {
+    struct floor_fire_run run = {offsets, count, 0, 0, 0, false, 0};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, floor_fire_thread, &run) != 0) return 0;
+    pthread_join(thread, NULL);
+    if (overran) *overran = run.overran;
+    return run.failed || run.fired != count ? 0 : run.last_fire - run.first_due;
+}
+
+// MARK: An empty pass, the same policy
+//
+// What one pass of RunLoopKit's run costs when nothing but the pass runs: the observers'
+// callouts (before timers, before sources), a look at the timers (none), the signalled source
+// taken (an atomic exchange: signal() is safe from any thread) and performed, and the poll that
+// replaces the sleep after a handled source (the wakeup request taken, the block inbox looked at;
+// no syscall: the mode watches no descriptor), then the stop flag.
+
+struct floor_pass_loop {
+    atomic_bool signalled, request, inbox_pending, stopped;
+    struct floor_heap timers;
+    void (*observer)(void *, int);
+    long performed, target;
+};
+
+static void floor_observe(void *raw, int activity) {
+    (void)raw;
+    __asm__ __volatile__("" ::"r"(activity) : "memory");  // a callout that does nothing
+}
+
+static void floor_perform(struct floor_pass_loop *loop) {
+    if (++loop->performed < loop->target)
+        atomic_store_explicit(&loop->signalled, true, memory_order_release);
+    else
+        atomic_store_explicit(&loop->stopped, true, memory_order_release);
+}
+
+static void floor_pass_run(struct floor_pass_loop *loop, void (*volatile perform)(struct floor_pass_loop *)) {
+    void (*volatile observer)(void *, int) = loop->observer;
+    for (;;) {
+        if (observer) observer(loop, 2);  // before timers
+        if (loop->timers.count > 0) floor_nothing(loop);
+        if (observer) observer(loop, 4);  // before sources
+        if (atomic_exchange_explicit(&loop->signalled, false, memory_order_acquire)) perform(loop);
+        (void)atomic_exchange_explicit(&loop->request, false, memory_order_seq_cst);
+        if (atomic_load_explicit(&loop->inbox_pending, memory_order_acquire)) floor_nothing(loop);
+        if (atomic_load_explicit(&loop->stopped, memory_order_acquire)) return;
+    }
+}
+
+uint64_t cbench_iterate_policy_floor(long iterations, bool observed) {
+    struct floor_pass_loop loop = {.timers = {0}, .observer = observed ? floor_observe : NULL, .target = iterations};
+    atomic_init(&loop.signalled, true);
+    atomic_init(&loop.request, false);
+    atomic_init(&loop.inbox_pending, false);
+    atomic_init(&loop.stopped, false);
+    uint64_t start = cbench_now_ns();
+    floor_pass_run(&loop, floor_perform);
+    uint64_t elapsed = cbench_now_ns() - start;
+    return loop.performed == iterations ? elapsed : 0;
 }

@@ -38,6 +38,12 @@ long cbench_thread_context_switches(int tid) {
     return found == 2 ? total : -1;
 }
 
+uint64_t cbench_thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 long cbench_rss_bytes(void) {
     FILE *f = fopen("/proc/self/statm", "re");
     if (!f) return -1;
@@ -52,7 +58,7 @@ size_t cbench_heap_in_use(void) {
     return mi.uordblks + mi.hblkhd;
 }
 
-// MARK: ping-pong floor
+// MARK: two threads at once (the ping-pong floors)
 
 void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder) {
     pthread_t ta, tb;
@@ -60,77 +66,6 @@ void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder) {
     pthread_create(&ta, NULL, side, initiator);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
-}
-
-struct pp_side {
-    int epfd, own, other;
-    long round_trips;
-    int initiator;
-    pthread_barrier_t *start;
-    uint64_t elapsed;
-};
-
-static int pp_wait(struct pp_side *s) {
-    struct epoll_event ev;
-    for (;;) {
-        int n = epoll_wait(s->epfd, &ev, 1, -1);
-        if (n == 1) break;
-        if (n < 0 && errno != EINTR) return -1;
-    }
-    uint64_t value;
-    while (read(s->own, &value, sizeof value) < 0) {
-        if (errno != EINTR) return -1;
-    }
-    return 0;
-}
-
-static int pp_kick(struct pp_side *s) {
-    uint64_t one = 1;
-    while (write(s->other, &one, sizeof one) < 0) {
-        if (errno != EINTR) return -1;
-    }
-    return 0;
-}
-
-static void *pp_thread(void *raw) {
-    struct pp_side *s = raw;
-    pthread_barrier_wait(s->start);
-    if (s->initiator) {
-        uint64_t t0 = cbench_now_ns();
-        for (long i = 0; i < s->round_trips; i++) {
-            if (pp_kick(s) || pp_wait(s)) return NULL;
-        }
-        s->elapsed = cbench_now_ns() - t0;
-    } else {
-        for (long i = 0; i < s->round_trips; i++) {
-            if (pp_wait(s) || pp_kick(s)) return NULL;
-        }
-    }
-    return NULL;
-}
-
-uint64_t cbench_pingpong_floor(long round_trips) {
-    int efd[2] = {eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
-    int ep[2] = {epoll_create1(EPOLL_CLOEXEC), epoll_create1(EPOLL_CLOEXEC)};
-    uint64_t result = 0;
-    if (efd[0] < 0 || efd[1] < 0 || ep[0] < 0 || ep[1] < 0) goto out;
-    for (int i = 0; i < 2; i++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)i};
-        if (epoll_ctl(ep[i], EPOLL_CTL_ADD, efd[i], &ev) < 0) goto out;
-    }
-    pthread_barrier_t start;
-    pthread_barrier_init(&start, NULL, 2);
-    struct pp_side a = {ep[0], efd[0], efd[1], round_trips, 1, &start, 0};
-    struct pp_side b = {ep[1], efd[1], efd[0], round_trips, 0, &start, 0};
-    cbench_run_pair(pp_thread, &a, &b);
-    pthread_barrier_destroy(&start);
-    result = a.elapsed;
-out:
-    for (int i = 0; i < 2; i++) {
-        if (efd[i] >= 0) close(efd[i]);
-        if (ep[i] >= 0) close(ep[i]);
-    }
-    return result;
 }
 
 // MARK: control thread

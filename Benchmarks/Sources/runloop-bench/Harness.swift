@@ -10,9 +10,11 @@ enum Impl: String, CaseIterable, Codable, Sendable {
     var option: String {
         switch self {
         case .runLoopKit: "runloopkit"
+        case .runLoopKitSpinOff: "runloopkit-nospin"
         case .cf: "cf"
         case .nio: "nio"
         case .floor: "floor"
+        case .floorSpinOff: "floor-nospin"
         case .glib: "glib"
         case .glibTickler: "tickler"
         }
@@ -22,6 +24,11 @@ enum Impl: String, CaseIterable, Codable, Sendable {
     case cf = "CFRunLoop"
     case nio = "SwiftNIO"
     case floor = "C floor"
+    /// RunLoopKit with `wakeUpSpinWindow = .zero` (the workloads whose loops are woken by another
+    /// thread: what the 5 µs spin after a wakeup buys, and what it costs in CPU).
+    case runLoopKitSpinOff = "RunLoopKit, spin off"
+    /// The same-policy floor without the spin after a wakeup.
+    case floorSpinOff = "C floor, spin off"
     /// GLib's own main loop (`g_main_loop_run`), for RunLoopGLib's bridge.
     case glib = "GLib main loop"
     /// GLib's own main loop with the main queue drained by a 50 ms timeout, as swift-cross-ui's
@@ -58,6 +65,12 @@ struct Metric: Sendable {
     }
 }
 
+/// The keys of the per-unit-of-work metrics every workload with ``Workload/operations`` has.
+enum MetricKey {
+    static let cpu = "cpu_ns_per_op"
+    static let allocations = "allocs_per_op"
+}
+
 /// One repetition's figures, by metric key. A key may be missing where an implementation has no
 /// equivalent (for example NIO's observer-less loop).
 typealias Measurement = [String: Double]
@@ -75,6 +88,8 @@ protocol Workload: Sendable {
     func runCF() -> Measurement
     func runNIO() -> Measurement
     func runFloor() -> Measurement
+    func runRunLoopKitSpinOff() -> Measurement
+    func runFloorSpinOff() -> Measurement
     func runGLib() -> Measurement
     func runGLibTickler() -> Measurement
     /// The targets, judged on the medians of this run.
@@ -84,27 +99,36 @@ protocol Workload: Sendable {
     /// The units of work one repetition does (blocks, messages, round trips, fires), for CPU per
     /// unit of work: nil where a repetition mixes several kinds of work.
     var operations: (count: Int, name: String)? { get }
+    /// The metric that stands for the workload in the headline table (RunLoopKit against the
+    /// floor and its peers): nil keeps it out of that table.
+    var headline: String? { get }
 }
 
 extension Workload {
     var implementations: [Impl] { [.runLoopKit, .cf, .nio] }
     func runNIO() -> Measurement { fatalError("\(name) has no SwiftNIO equivalent") }
     func runFloor() -> Measurement { fatalError("\(name) has no floor") }
+    func runRunLoopKitSpinOff() -> Measurement { fatalError("\(name) has no spin-off variant") }
+    func runFloorSpinOff() -> Measurement { fatalError("\(name) has no spin-off floor") }
     func runGLib() -> Measurement { fatalError("\(name) has no GLib main loop equivalent") }
     func runGLibTickler() -> Measurement { fatalError("\(name) has no GLib tickler equivalent") }
     func notes(_ results: WorkloadResults) -> [String] { [] }
     var operations: (count: Int, name: String)? { nil }
+    var headline: String? { nil }
 
-    /// Every metric of the table: the workload's own, then CPU per unit of work where it has one.
+    /// Every metric of the table: the workload's own, then CPU and allocations per unit of work
+    /// where it has one.
     var allMetrics: [Metric] {
         guard let operations else { return metrics }
         return metrics + [
             Metric(
-                Self.cpuKey, "CPU per \(operations.name) (user+system, every thread)", .nanoseconds, .lowerIsBetter)
+                Self.cpuKey, "CPU per \(operations.name) (user+system, every thread)", .nanoseconds, .lowerIsBetter),
+            Metric(Self.allocsKey, "allocations per \(operations.name) (every thread)", .count, .lowerIsBetter),
         ]
     }
 
-    static var cpuKey: String { "cpu_ns_per_op" }
+    static var cpuKey: String { MetricKey.cpu }
+    static var allocsKey: String { MetricKey.allocations }
 
     func run(_ impl: Impl) -> Measurement {
         switch impl {
@@ -112,6 +136,8 @@ extension Workload {
         case .cf: runCF()
         case .nio: runNIO()
         case .floor: runFloor()
+        case .runLoopKitSpinOff: runRunLoopKitSpinOff()
+        case .floorSpinOff: runFloorSpinOff()
         case .glib: runGLib()
         case .glibTickler: runGLibTickler()
         }
@@ -188,13 +214,20 @@ struct Harness {
                 let impl = impls[(i + rep) % impls.count]
                 let started = cbench_now_ns()
                 let cpuBefore = processCPUNanoseconds()
+                let counting = workload.operations != nil && cbench_alloc_counter_available()
+                if counting { cbench_alloc_process_start() }
                 var measurement = workload.run(impl)
+                let allocations = counting ? cbench_alloc_process_stop() : 0
                 let cpu = processCPUNanoseconds() - cpuBefore
                 let seconds = Double(cbench_now_ns() - started) / 1e9
-                if let operations = workload.operations, measurement["cpu_ns_per_op"] == nil {
+                if let operations = workload.operations, measurement[MetricKey.cpu] == nil {
                     // The whole repetition (unless the workload measured a part of it): its
                     // threads' set-up and teardown are in it, a small part of the work.
-                    measurement["cpu_ns_per_op"] = Double(cpu) / Double(operations.count)
+                    measurement[MetricKey.cpu] = Double(cpu) / Double(operations.count)
+                }
+                if let operations = workload.operations, counting, measurement[MetricKey.allocations] == nil {
+                    // Likewise the whole repetition's, every thread's: set-up included.
+                    measurement[MetricKey.allocations] = Double(allocations) / Double(operations.count)
                 }
                 for (key, value) in measurement { samples[impl, default: [:]][key, default: []].append(value) }
                 let shown = workload.allMetrics.compactMap { metric in
@@ -212,6 +245,31 @@ struct Harness {
         return WorkloadResults(workload: workload, stats: stats)
     }
 }
+
+/// One timed section: wall-clock seconds, the calling thread's CPU time, and every thread's
+/// allocations (-1 where the counter is unavailable, as under a sanitizer).
+struct Timed: Sendable {
+    var seconds: Double
+    var cpuNs: UInt64
+    var allocations: Int
+}
+
+/// Times `body` on the calling thread: see ``Timed``.
+func timed(_ body: () -> Void) -> Timed {
+    let counting = cbench_alloc_counter_available()
+    if counting { cbench_alloc_process_start() }
+    let cpu = threadCPUNanoseconds()
+    let start = cbench_now_ns()
+    body()
+    let end = cbench_now_ns()
+    let cpuEnd = threadCPUNanoseconds()
+    let allocations = counting ? cbench_alloc_process_stop() : -1
+    return Timed(seconds: seconds(from: start, to: end), cpuNs: cpuEnd - cpu, allocations: allocations)
+}
+
+/// The calling thread's CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID), for a workload that
+/// measures CPU per unit of work on the one thread doing it.
+func threadCPUNanoseconds() -> UInt64 { cbench_thread_cpu_ns() }
 
 /// The process's user and system CPU time, every thread's (getrusage RUSAGE_SELF), in nanoseconds.
 func processCPUNanoseconds() -> Int64 {

@@ -223,3 +223,67 @@ func writeJSON(_ report: BenchReport, to path: String) throws {
         positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
     try encoder.encode(report).write(to: URL(fileURLWithPath: path))
 }
+
+/// The headline tables, in Markdown (BENCHMARKS.md's first table): each workload that names a
+/// headline metric, RunLoopKit beside its peers and its same-policy floor, with CPU and
+/// allocations per unit of work; then what the spin after a wakeup buys and costs. Nil when no
+/// such workload ran.
+func renderHeadline(_ results: [WorkloadResults]) -> String? {
+    let rows = results.filter { $0.workload.headline != nil }
+    guard !rows.isEmpty else { return nil }
+    let peers: [Impl] = [.runLoopKit, .cf, .nio, .floor]
+    func median(_ r: WorkloadResults, _ impl: Impl, _ key: String, _ unit: Metric.Unit) -> String {
+        r.median(impl, key).map { Format.value($0, unit) } ?? "—"
+    }
+    func ratio(_ r: WorkloadResults, _ key: String, _ other: Impl) -> String {
+        r.advantage(key, over: other).map { String(format: "%.2f×", $0) } ?? "—"
+    }
+    var out = """
+        Headline: RunLoopKit against its peers and its same-policy C floor (medians of the run; a
+        ratio is how many times better RunLoopKit is, so against the floor ≥ 0.83 is within 1.2×;
+        CPU and allocations per unit of work count every thread; stability is RunLoopKit's worst
+        tenth over its median)
+
+        | workload | RunLoopKit | CFRunLoop | SwiftNIO | C floor | vs floor | vs CF | vs NIO | CPU/op RunLoopKit | CPU/op CF | CPU/op NIO | CPU/op floor | allocs/op RunLoopKit | allocs/op floor | stability |
+        |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+
+        """
+    for r in rows {
+        let w = r.workload
+        guard let key = w.headline, let metric = w.allMetrics.first(where: { $0.key == key }) else { continue }
+        var cells = ["\(w.name): \(metric.label)"]
+        cells += peers.map { median(r, $0, key, metric.unit) }
+        cells += [ratio(r, key, .floor), ratio(r, key, .cf), ratio(r, key, .nio)]
+        cells += peers.map { impl in r.median(impl, MetricKey.cpu).map { Format.nanos($0) } ?? "—" }
+        cells += [Impl.runLoopKit, .floor].map { impl in
+            r.median(impl, MetricKey.allocations).map { Format.value($0, .count) } ?? "—"
+        }
+        let stability = r.stats[.runLoopKit]?[key].flatMap { s -> String? in
+            guard s.samples.count >= 5, s.median > 0, s.p90 > 0 else { return nil }
+            return String(format: "%.2f", metric.direction == .higherIsBetter ? s.p10 / s.median : s.median / s.p90)
+        }
+        cells.append(stability ?? "—")
+        out += "| " + cells.joined(separator: " | ") + " |\n"
+    }
+    let spinning = rows.filter { $0.workload.implementations.contains(.runLoopKitSpinOff) }
+    if !spinning.isEmpty {
+        out += """
+
+            The spin after a wakeup (RunLoop.wakeUpSpinWindow, 5 µs by default), on and off
+
+            | workload | RunLoopKit | RunLoopKit, spin off | C floor | C floor, spin off | CPU/op RunLoopKit | CPU/op spin off | CPU/op floor | CPU/op floor, spin off |
+            |---|---|---|---|---|---|---|---|---|
+
+            """
+        for r in spinning {
+            let w = r.workload
+            guard let key = w.headline, let metric = w.allMetrics.first(where: { $0.key == key }) else { continue }
+            let impls: [Impl] = [.runLoopKit, .runLoopKitSpinOff, .floor, .floorSpinOff]
+            var cells = ["\(w.name): \(metric.label)"]
+            cells += impls.map { median(r, $0, key, metric.unit) }
+            cells += impls.map { impl in r.median(impl, MetricKey.cpu).map { Format.nanos($0) } ?? "—" }
+            out += "| " + cells.joined(separator: " | ") + " |\n"
+        }
+    }
+    return out
+}

@@ -14,6 +14,7 @@ func workloads(full: Bool) -> [any Workload] {
         IterationWorkload(),
         TimerAccuracyWorkload(),
         IdleWorkload(),
+        BackgroundWorkload(),
         AllocationWorkload(),
         MemoryWorkload(),
         churn,
@@ -53,7 +54,7 @@ struct RunLoopBench: ParsableCommand {
     @Option(
         name: .customLong("impl"),
         help:
-            "Run only this implementation (repeatable: runloopkit, cf, nio, floor); for profiling one, e.g. under perf record. Ratios need all."
+            "Run only this implementation (repeatable: runloopkit, runloopkit-nospin, cf, nio, floor, floor-nospin); for profiling one, e.g. under perf record. Ratios need all."
     )
     var impls: [String] = []
 
@@ -108,12 +109,15 @@ struct RunLoopBench: ParsableCommand {
         }
         let started = cbench_now_ns()
         var reports: [WorkloadReport] = []
+        var everything: [WorkloadResults] = []
         for (index, workload) in selected {
             let results = harness.run(workload)
             let report = makeReport(results)
             reports.append(report)
+            everything.append(results)
             print(renderTable(index + 1, results, report))
         }
+        if let headline = renderHeadline(everything) { print(headline) }
         let elapsed = seconds(from: started, to: cbench_now_ns())
         let targets = reports.flatMap { r in r.targets.map { (r.title, $0) } }
         if !targets.isEmpty {

@@ -22,7 +22,10 @@ struct IterationWorkload: Workload {
             Metric("iter_per_s_reported", "iterations/s, iteration reporter on (RunLoopKit seam)", .perSecond, .higherIsBetter),
         ]
     }
-    var implementations: [Impl] { [.runLoopKit, .cf] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .floor] }
+    var headline: String? { "iter_per_s" }
+    /// CPU and allocations per pass: from the run without an observer (set by each run).
+    var operations: (count: Int, name: String)? { (iterations, "pass") }
 
     private final class Spin: @unchecked Sendable {
         var count = 0
@@ -34,7 +37,7 @@ struct IterationWorkload: Workload {
     /// clock read per phase change), or an iteration reporter that does nothing (a report per pass).
     enum Seam { case idle, watched, reported }
 
-    private func rlk(observed: Bool, seam: Seam = .idle) -> Double {
+    private func rlk(observed: Bool, seam: Seam = .idle) -> Timed {
         let iterations = self.iterations
         return BenchThread.run {
             let loop = RunLoop.current
@@ -56,18 +59,16 @@ struct IterationWorkload: Workload {
             let observer = RunLoopObserver(activities: .allActivities) { _, _ in }
             if observed { loop.add(observer, forMode: .default) }
             source.signal()
-            let start = cbench_now_ns()
-            loop.run(mode: .default, for: .seconds(600))
-            let elapsed = seconds(from: start, to: cbench_now_ns())
+            let run = timed { loop.run(mode: .default, for: .seconds(600)) }
             precondition(spin.count == iterations, "RunLoopKit stopped after \(spin.count) iterations")
             observer.invalidate()
             source.invalidate()
             me.value = nil
-            return Double(iterations) / elapsed
+            return run
         }
     }
 
-    private func cf(observed: Bool) -> Double {
+    private func cf(observed: Bool) -> Timed {
         let iterations = self.iterations
         return BenchThread.run {
             let loop = CFRunLoopGetCurrent()
@@ -84,30 +85,56 @@ struct IterationWorkload: Workload {
             ) { _, _ in }
             if observed { CFRunLoopAddObserver(loop, observer, kCFRunLoopDefaultMode) }
             source.signal()
-            let start = cbench_now_ns()
-            CFRunLoopRunInMode(kCFRunLoopDefaultMode, 600, false)
-            let elapsed = seconds(from: start, to: cbench_now_ns())
+            let run = timed { CFRunLoopRunInMode(kCFRunLoopDefaultMode, 600, false) }
             precondition(spin.count == iterations, "CF stopped after \(spin.count) iterations")
             CFRunLoopObserverInvalidate(observer)
             source.invalidate()
             me.value = nil
-            return Double(iterations) / elapsed
+            return run
         }
     }
 
-    func runRunLoopKit() -> Measurement {
-        [
-            "iter_per_s": rlk(observed: false), "iter_per_s_observed": rlk(observed: true),
-            "iter_per_s_watched": rlk(observed: false, seam: .watched),
-            "iter_per_s_reported": rlk(observed: false, seam: .reported),
+    /// Iterations per second of `run`, and (from the run without an observer) CPU and
+    /// allocations per pass.
+    private func figures(plain: Timed, observed: Timed) -> Measurement {
+        var m: Measurement = [
+            "iter_per_s": Double(iterations) / plain.seconds, "iter_per_s_observed": Double(iterations) / observed.seconds,
+            Self.cpuKey: Double(plain.cpuNs) / Double(iterations),
         ]
+        if plain.allocations >= 0 { m[Self.allocsKey] = Double(plain.allocations) / Double(iterations) }
+        return m
     }
 
-    func runCF() -> Measurement {
-        ["iter_per_s": cf(observed: false), "iter_per_s_observed": cf(observed: true)]
+    func runRunLoopKit() -> Measurement {
+        var m = figures(plain: rlk(observed: false), observed: rlk(observed: true))
+        m["iter_per_s_watched"] = Double(iterations) / rlk(observed: false, seam: .watched).seconds
+        m["iter_per_s_reported"] = Double(iterations) / rlk(observed: false, seam: .reported).seconds
+        return m
+    }
+
+    func runCF() -> Measurement { figures(plain: cf(observed: false), observed: cf(observed: true)) }
+
+    /// The same-policy floor (floors.c): per pass two observer callouts (when observed), a look
+    /// at the timers, the source taken and performed, the wakeup request taken, the inbox looked
+    /// at; function pointers instead of closures, no mode, no bookkeeping.
+    func runFloor() -> Measurement {
+        let iterations = self.iterations
+        func floor(_ observed: Bool) -> Timed {
+            BenchThread.run {
+                var ns: UInt64 = 0
+                var run = timed { ns = cbench_iterate_policy_floor(iterations, observed) }
+                precondition(ns > 0, "the empty-pass floor failed")
+                run.seconds = Double(ns) / 1e9
+                return run
+            }
+        }
+        return figures(plain: floor(false), observed: floor(true))
     }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
-        [.ratio("with an all-activities observer ≥ 3× CF", r.advantage("iter_per_s_observed", over: .cf), atLeast: 3)]
+        [
+            .ratio("with an all-activities observer ≥ 3× CF", r.advantage("iter_per_s_observed", over: .cf), atLeast: 3),
+            .ratio("within 1.2× the same-policy floor", r.advantage("iter_per_s", over: .floor), atLeast: 1 / 1.2),
+        ]
     }
 }

@@ -80,10 +80,14 @@ struct MessagePortWorkload: Workload {
         ]
     }
 
-    func runRunLoopKit() -> Measurement {
+    func runRunLoopKit() -> Measurement { runRunLoopKit(spin: true) }
+    func runRunLoopKitSpinOff() -> Measurement { runRunLoopKit(spin: false) }
+
+    private func runRunLoopKit(spin: Bool) -> Measurement {
         let host = RunLoopKitHost()
         defer { host.shutdown() }
         let loop = host.loop
+        if !spin { loop.wakeUpSpinWindow = .zero }
         var port: MessagePort<Int>?
         let result = measure("RunLoopKit", wake: { loop.wakeUp() }) { sink in
             let receiver = MessagePort<Int> { message in sink.receive(message) }
@@ -120,11 +124,13 @@ struct MessagePortWorkload: Workload {
         }
     }
 
-    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
+    var headline: String? { "messages_per_s" }
 
     /// The same-policy floor: the submission floor (floors.c), whose items are what a message is to
     /// a port, a value handed to the loop's thread and a call there (no order check).
     func runFloor() -> Measurement { ["messages_per_s": submissionFloorPerSecond(messages)] }
+    func runFloorSpinOff() -> Measurement { ["messages_per_s": submissionFloorPerSecond(messages, spin: false)] }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [.ratio("within 1.2× the same-policy floor", r.advantage("messages_per_s", over: .floor), atLeast: 1 / 1.2)]

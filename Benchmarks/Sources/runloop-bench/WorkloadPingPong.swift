@@ -15,15 +15,11 @@ struct PingPongWorkload: Workload {
     var name: String { "pingpong" }
     var title: String { "Ping-pong between two loops" }
     var summary: String {
-        "Two loops on two threads bounce a wakeup \(roundTrips.formatted()) times (RunLoopKit and CF: Source0 signal() + wakeUp() of the other loop; NIO: execute onto the other loop; floor: two pthreads with RunLoopKit's policy, an eventfd each written only while its side sleeps in epoll_wait, 5 µs of watching after a wakeup; and the same without the watching, sleeping every time). Microseconds per round trip; the floor's CPU per round trip is the same-policy floor's."
+        "Two loops on two threads bounce a wakeup \(roundTrips.formatted()) times (RunLoopKit and CF: Source0 signal() + wakeUp() of the other loop; NIO: execute onto the other loop; floor: two pthreads with RunLoopKit's policy, an eventfd each written only while its side sleeps in epoll_wait, 5 µs of watching after a wakeup). The spin-off columns: RunLoopKit with wakeUpSpinWindow = .zero on both loops, and the floor without the watching (each side sleeps every time). Microseconds per round trip."
     }
-    var metrics: [Metric] {
-        [
-            Metric("round_trip_us", "round trip", .microseconds, .lowerIsBetter),
-            Metric("round_trip_us_sleeping", "round trip, a floor that never spins", .microseconds, .lowerIsBetter),
-        ]
-    }
-    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+    var metrics: [Metric] { [Metric("round_trip_us", "round trip", .microseconds, .lowerIsBetter)] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
+    var headline: String? { "round_trip_us" }
 
     /// Round trips counted on loop A; the last one records the end time.
     private final class Rally: @unchecked Sendable {
@@ -48,12 +44,19 @@ struct PingPongWorkload: Workload {
         ["round_trip_us": seconds(from: start, to: rally.end) * 1e6 / Double(roundTrips)]
     }
 
-    func runRunLoopKit() -> Measurement {
+    func runRunLoopKit() -> Measurement { runRunLoopKit(spin: true) }
+    func runRunLoopKitSpinOff() -> Measurement { runRunLoopKit(spin: false) }
+
+    private func runRunLoopKit(spin: Bool) -> Measurement {
         let a = RunLoopKitHost()
         let b = RunLoopKitHost()
         defer {
             a.shutdown()
             b.shutdown()
+        }
+        if !spin {
+            a.loop.wakeUpSpinWindow = .zero
+            b.loop.wakeUpSpinWindow = .zero
         }
         let rally = Rally(target: roundTrips)
         let sources = Box<(onA: RunLoopSource?, onB: RunLoopSource?)>((nil, nil))
@@ -144,21 +147,15 @@ struct PingPongWorkload: Workload {
     }
 
     /// The same-policy floor (floors.c: the wakeup and sleeping flags, the eventfd written only to
-    /// a sleeping side, 5 µs of watching after a wakeup) is the floor's round trip; the plain
-    /// floor (both sides sleep in epoll_wait every time) is reported beside it.
-    func runFloor() -> Measurement {
-        let cpuBefore = processCPUNanoseconds()
-        let policy = cbench_pingpong_policy_floor(roundTrips, true)
-        let cpu = processCPUNanoseconds() - cpuBefore
-        let plain = cbench_pingpong_floor(roundTrips)
-        precondition(policy > 0 && plain > 0, "the eventfd + epoll ping-pong failed")
-        return [
-            "round_trip_us": Double(policy) / 1e3 / Double(roundTrips),
-            "round_trip_us_sleeping": Double(plain) / 1e3 / Double(roundTrips),
-            // The same-policy floor's CPU alone (the harness would count both floors).
-            "cpu_ns_per_op": Double(cpu) / Double(roundTrips),
-        ]
+    /// a sleeping side, and with `spin`, 5 µs of watching after a wakeup).
+    private func floor(spin: Bool) -> Measurement {
+        let elapsed = cbench_pingpong_policy_floor(roundTrips, spin)
+        precondition(elapsed > 0, "the eventfd + epoll ping-pong failed")
+        return ["round_trip_us": Double(elapsed) / 1e3 / Double(roundTrips)]
     }
+
+    func runFloor() -> Measurement { floor(spin: true) }
+    func runFloorSpinOff() -> Measurement { floor(spin: false) }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         guard let mine = r.median(.runLoopKit, "round_trip_us"), let floor = r.median(.floor, "round_trip_us")

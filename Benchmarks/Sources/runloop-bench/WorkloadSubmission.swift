@@ -43,10 +43,14 @@ struct SubmissionWorkload: Workload {
         return ["blocks_per_s": Double(blocks) / seconds(from: start, to: sink.end)]
     }
 
-    func runRunLoopKit() -> Measurement {
+    func runRunLoopKit() -> Measurement { runRunLoopKit(spin: true) }
+    func runRunLoopKitSpinOff() -> Measurement { runRunLoopKit(spin: false) }
+
+    private func runRunLoopKit(spin: Bool) -> Measurement {
         let host = RunLoopKitHost()
         defer { host.shutdown() }
         let loop = host.loop
+        if !spin { loop.wakeUpSpinWindow = .zero }
         return measure { sink in
             for _ in 0..<blocks { loop.perform { sink.hit() } }
         }
@@ -73,11 +77,13 @@ struct SubmissionWorkload: Workload {
         }
     }
 
-    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
+    var headline: String? { "blocks_per_s" }
 
     /// The same-policy floor (floors.c): a mutex-guarded buffer swapped whole by the consumer, the
     /// same wakeups and spin, a function call per item (no closure, no allocation, no pass).
     func runFloor() -> Measurement { ["blocks_per_s": submissionFloorPerSecond(blocks)] }
+    func runFloorSpinOff() -> Measurement { ["blocks_per_s": submissionFloorPerSecond(blocks, spin: false)] }
 
     func targets(_ r: WorkloadResults) -> [TargetCheck] {
         [
@@ -89,8 +95,8 @@ struct SubmissionWorkload: Workload {
 }
 
 /// Items per second through the same-policy submission floor (floors.c): submit's and port's floor.
-func submissionFloorPerSecond(_ items: Int) -> Double {
-    let ns = cbench_submit_policy_floor(items)
+func submissionFloorPerSecond(_ items: Int, spin: Bool = true) -> Double {
+    let ns = cbench_submit_policy_floor(items, spin)
     precondition(ns > 0, "the submission floor failed")
     return Double(items) / (Double(ns) / 1e9)
 }

@@ -26,9 +26,22 @@ struct TimerInsertionWorkload: Workload {
         randomOffsets(n, in: 1_000_000_000_000..<2_000_000_000_000, seed: 0x5EED_0003 &+ UInt64(n))
     }
 
-    private func each(_ body: (Int, [Int64]) -> Double) -> Measurement {
+    /// The timer added and the CPU and allocations per timer, from the largest size's run.
+    var operations: (count: Int, name: String)? { (sizes.max()!, "timer added") }
+
+    /// Runs `body` for each size; the largest size's CPU time (the adding thread's) and
+    /// allocations (every thread's) per timer are the CPU and allocation figures.
+    private func each(_ body: (Int, [Int64]) -> Timed) -> Measurement {
         var m = Measurement()
-        for n in sizes { m[key(n)] = body(n, offsets(n)) }
+        let big = sizes.max()!
+        for n in sizes {
+            let run = body(n, offsets(n))
+            m[key(n)] = run.seconds
+            if n == big {
+                m[Self.cpuKey] = Double(run.cpuNs) / Double(n)
+                if run.allocations >= 0 { m[Self.allocsKey] = Double(run.allocations) / Double(n) }
+            }
+        }
         return m
     }
 
@@ -39,11 +52,11 @@ struct TimerInsertionWorkload: Workload {
             return host.sync {
                 let loop = RunLoop.current
                 let base = ContinuousClock.now
-                let start = cbench_now_ns()
-                for offset in offsets {
-                    loop.add(RunLoopTimer(fireAt: base + .nanoseconds(offset)) { _ in }, forMode: .default)
+                return timed {
+                    for offset in offsets {
+                        loop.add(RunLoopTimer(fireAt: base + .nanoseconds(offset)) { _ in }, forMode: .default)
+                    }
                 }
-                return seconds(from: start, to: cbench_now_ns())
             }
         }
     }
@@ -55,14 +68,14 @@ struct TimerInsertionWorkload: Workload {
             return host.sync {
                 let loop = CFRunLoopGetCurrent()
                 let base = cfNow()
-                let start = cbench_now_ns()
-                for offset in offsets {
-                    let timer = CFRunLoopTimerCreateWithHandler(
-                        kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0
-                    ) { _ in }
-                    CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
+                return timed {
+                    for offset in offsets {
+                        let timer = CFRunLoopTimerCreateWithHandler(
+                            kCFAllocatorDefault, base + Double(offset) / 1e9, 0, 0, 0
+                        ) { _ in }
+                        CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
+                    }
                 }
-                return seconds(from: start, to: cbench_now_ns())
             }
         }
     }
@@ -74,11 +87,31 @@ struct TimerInsertionWorkload: Workload {
             let loop = host.loop
             return host.sync {
                 let base = NIODeadline.now()
-                let start = cbench_now_ns()
-                for offset in offsets {
-                    loop.scheduleTask(deadline: base + .nanoseconds(offset)) {}
+                return timed {
+                    for offset in offsets {
+                        loop.scheduleTask(deadline: base + .nanoseconds(offset)) {}
+                    }
                 }
-                return seconds(from: start, to: cbench_now_ns())
+            }
+        }
+    }
+
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+    var headline: String? { key(sizes.max()!) }
+
+    /// The same-policy floor (floors.c): per timer an allocation, the loop's lock, a push onto a
+    /// 4-ary heap, and a timerfd re-arm when it is the new earliest.
+    func runFloor() -> Measurement {
+        each { _, offsets in
+            BenchThread.run {
+                var ns: UInt64 = 0
+                var run = timed {
+                    ns = offsets.withUnsafeBufferPointer { cbench_insert_policy_floor($0.baseAddress, $0.count) }
+                }
+                precondition(ns > 0, "the timer insertion floor failed")
+                // The floor's own span: without making and closing its descriptors.
+                run.seconds = Double(ns) / 1e9
+                return run
             }
         }
     }
@@ -87,6 +120,9 @@ struct TimerInsertionWorkload: Workload {
         let big = sizes.max()!
         let small = sizes.min()!
         var checks = [
+            TargetCheck.ratio(
+                "\(big.formatted()) timers within 1.2× the same-policy floor", r.advantage(key(big), over: .floor),
+                atLeast: 1 / 1.2),
             TargetCheck.ratio(
                 "\(big.formatted()) timers ≥ 20× faster than CF", r.advantage(key(big), over: .cf), atLeast: 20),
             TargetCheck.ratio(

@@ -14,16 +14,14 @@ int cbench_gettid(void);
 /// /proc/self/task/TID/status; -1 if unreadable.
 long cbench_thread_context_switches(int tid);
 
+/// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID) in nanoseconds.
+uint64_t cbench_thread_cpu_ns(void);
+
 /// Resident set size of the process in bytes (/proc/self/statm), -1 if unreadable.
 long cbench_rss_bytes(void);
 
 /// Bytes handed out by malloc: mallinfo2()'s uordblks (arena chunks in use) + hblkhd (mmapped).
 size_t cbench_heap_in_use(void);
-
-/// The floor for the ping-pong workload: two pthreads, each blocking in epoll_wait on its own
-/// eventfd and writing the other's, bounce a wakeup `round_trips` times. Returns the elapsed
-/// nanoseconds of the bounces (threads already started), or 0 on error.
-uint64_t cbench_pingpong_floor(long round_trips);
 
 /// Runs `side` on two new threads, `responder`'s started first, and joins both (the ping-pong
 /// floors' two sides).
@@ -35,9 +33,28 @@ void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder);
 uint64_t cbench_pingpong_policy_floor(long round_trips, bool spin);
 
 /// The cross-thread submission floor with RunLoopKit's policy (floors.c): a mutex-guarded buffer
-/// swapped whole by the consumer, the same wakeups and spin as above; `items` function calls.
-/// Returns the nanoseconds from the first submission to the last call, or 0 on error.
-uint64_t cbench_submit_policy_floor(long items);
+/// swapped whole by the consumer, the same wakeups and (`spin`) the same spin as above; `items`
+/// function calls. Returns the nanoseconds from the first submission to the last call, or 0 on
+/// error.
+uint64_t cbench_submit_policy_floor(long items, bool spin);
+
+/// The timer insertion floor with RunLoopKit's policy (floors.c): per timer an allocation, the
+/// loop's lock, a push onto a 4-ary heap and a timerfd re-arm when it is the new earliest; fire
+/// dates now + `offsets[i]` ns. Returns the nanoseconds of the `count` additions, or 0 on error.
+uint64_t cbench_insert_policy_floor(const int64_t *offsets, long count);
+
+/// The timer firing floor with RunLoopKit's policy (floors.c): on a new thread, `count` timers
+/// added as above (due now + `offsets[i]` ns), then epoll_wait on the timerfd, every due timer
+/// collected under the lock, the timerfd re-armed, the timers fired outside the lock and freed.
+/// Returns the nanoseconds from the first due date to the last fire (0 on error); `overran`: the
+/// adding finished after the first was due.
+uint64_t cbench_fire_policy_floor(const int64_t *offsets, long count, bool *overran);
+
+/// The empty-pass floor with RunLoopKit's policy (floors.c): a source that re-signals itself
+/// `iterations` times, each pass with (`observed`) two observer callouts, a look at the timers,
+/// the source taken and performed, the wakeup request taken and the inbox looked at. Returns the
+/// elapsed nanoseconds, or 0 on error.
+uint64_t cbench_iterate_policy_floor(long iterations, bool observed);
 
 /// A control thread that blocks in sem_wait until released: measures what reading another
 /// thread's context switches costs that thread (should be nothing). Returns its tid.
@@ -47,6 +64,10 @@ void cbench_control_thread_stop(void);
 /// Per-thread allocation counting (malloc, calloc, realloc, memalign, aligned_alloc,
 /// posix_memalign, valloc are interposed and forwarded to glibc's own entry points).
 bool cbench_alloc_counter_available(void);
+/// Process-wide counting, every thread's allocations (sharded counters: threads do not share a
+/// cache line); start resets. Independent of the per-thread counter.
+void cbench_alloc_process_start(void);
+long cbench_alloc_process_stop(void);
 void cbench_alloc_counter_start(void);
 long cbench_alloc_counter_stop(void);
 #endif
