@@ -370,18 +370,21 @@ static void floor_timer_loop_close(struct floor_timer_loop *loop) {
 }
 
 /// Creates a timer and adds it: an allocation, the lock, a heap push, and a timerfd re-arm when it
-/// is the new earliest.
-static int floor_add_timer(struct floor_timer_loop *loop, int64_t fire, void (*call)(void *), void *argument) {
+/// is the new earliest. Returns the timer, or NULL when out of memory.
+static struct floor_timer *floor_add_timer(struct floor_timer_loop *loop, int64_t fire, void (*call)(void *), void *argument) {
     struct floor_timer *timer = malloc(sizeof *timer);
-    if (!timer) return -1;
+    if (!timer) return NULL;
     *timer = (struct floor_timer){call, argument, 1};
     floor_lock_take(&loop->lock);
     struct floor_entry entry = {fire, fire, loop->heap.next_sequence++, 1, timer};
     int failed = floor_heap_push(&loop->heap, entry);
     if (!failed && loop->heap.entries[0].timer == timer) floor_arm(loop, fire);
     floor_lock_give(&loop->lock);
-    if (failed) free(timer);
-    return failed;
+    if (failed) {
+        free(timer);
+        return NULL;
+    }
+    return timer;
 }
 
 uint64_t cbench_insert_policy_floor(const int64_t *offsets, long count) {
@@ -391,7 +394,7 @@ uint64_t cbench_insert_policy_floor(const int64_t *offsets, long count) {
         int64_t base = (int64_t)cbench_now_ns();
         uint64_t start = cbench_now_ns();
         int failed = 0;
-        for (long i = 0; i < count && !failed; i++) failed = floor_add_timer(&loop, base + offsets[i], floor_nothing, NULL);
+        for (long i = 0; i < count && !failed; i++) failed = !floor_add_timer(&loop, base + offsets[i], floor_nothing, NULL);
         if (!failed) result = cbench_now_ns() - start;
     }
     floor_timer_loop_close(&loop);
@@ -424,7 +427,7 @@ static void *floor_fire_thread(void *raw) {
     int64_t base = (int64_t)cbench_now_ns(), first = INT64_MAX;
     for (long i = 0; i < run->count && !run->failed; i++) {
         if (run->offsets[i] < first) first = run->offsets[i];
-        run->failed = floor_add_timer(&loop, base + run->offsets[i], floor_fired, run);
+        run->failed = !floor_add_timer(&loop, base + run->offsets[i], floor_fired, run);
     }
     run->first_due = (uint64_t)(base + first);
     run->overran = cbench_now_ns() >= run->first_due;
@@ -515,4 +518,67 @@ uint64_t cbench_iterate_policy_floor(long iterations, bool observed) {
     floor_pass_run(&loop, floor_perform);
     uint64_t elapsed = cbench_now_ns() - start;
     return loop.performed == iterations ? elapsed : 0;
+}
+
+// MARK: Timer churn, the same policy
+//
+// RunLoopKit's cancel: the timer's generation moves on (its heap entry goes stale, nothing is
+// searched), and the heap is rebuilt from its live entries once stale ones outnumber the live
+// (more than twice the live timers plus 32 entries); a dropped entry frees its timer.
+
+static void floor_rebuild(struct floor_heap *h) {
+    size_t kept = 0;
+    for (size_t i = 0; i < h->count; i++) {
+        struct floor_entry e = h->entries[i];
+        if (e.generation == e.timer->generation)
+            h->entries[kept++] = e;
+        else
+            free(e.timer);
+    }
+    h->count = kept;
+    // Heapify: sift down every parent, last first.
+    for (size_t start = kept > 1 ? (kept - 2) / 4 + 1 : 0; start-- > 0;) {
+        struct floor_entry moving = h->entries[start];
+        size_t i = start;
+        for (;;) {
+            size_t first = 4 * i + 1;
+            if (first >= kept) break;
+            size_t best = first, end = first + 4 < kept ? first + 4 : kept;
+            for (size_t c = first + 1; c < end; c++)
+                if (floor_precedes(&h->entries[c], &h->entries[best])) best = c;
+            if (!floor_precedes(&h->entries[best], &moving)) break;
+            h->entries[i] = h->entries[best];
+            i = best;
+        }
+        h->entries[i] = moving;
+    }
+}
+
+uint64_t cbench_churn_policy_floor(const int64_t *offsets, long live, long operations) {
+    struct floor_timer_loop loop;
+    struct floor_timer **ring = malloc((size_t)live * sizeof *ring);
+    uint64_t result = 0;
+    if (ring && floor_timer_loop_init(&loop) == 0) {
+        int64_t base = (int64_t)cbench_now_ns();
+        int failed = 0;
+        for (long i = 0; i < live && !failed; i++) {
+            ring[i] = floor_add_timer(&loop, base + offsets[i], floor_nothing, NULL);
+            failed = !ring[i];
+        }
+        uint64_t start = cbench_now_ns();
+        for (long i = 0; i < operations && !failed; i++) {
+            struct floor_timer *added = floor_add_timer(&loop, base + offsets[live + i], floor_nothing, NULL);
+            failed = !added;
+            struct floor_timer *cancelled = ring[i % live];
+            floor_lock_take(&loop.lock);
+            cancelled->generation++;
+            if (loop.heap.count > 2 * (size_t)live + 32) floor_rebuild(&loop.heap);
+            floor_lock_give(&loop.lock);
+            ring[i % live] = added;
+        }
+        if (!failed) result = cbench_now_ns() - start;
+        floor_timer_loop_close(&loop);
+    }
+    free(ring);
+    return result;
 }

@@ -99,5 +99,22 @@ struct TimerChurnWorkload: Workload {
         return ["churn_s": s]
     }
 
-    func targets(_ r: WorkloadResults) -> [TargetCheck] { [] }
+    var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor] }
+    var headline: String? { "churn_s" }
+
+    /// The same-policy floor (floors.c): the insertion floor's adds, and a cancel that moves the
+    /// timer's generation on, with the heap rebuilt from its live entries once stale ones
+    /// outnumber them.
+    func runFloor() -> Measurement {
+        let (offsets, live, operations) = (self.offsets, self.live, self.operations)
+        let ns = BenchThread.run {
+            offsets.withUnsafeBufferPointer { cbench_churn_policy_floor($0.baseAddress, live, operations) }
+        }
+        precondition(ns > 0, "the timer churn floor failed")
+        return ["churn_s": Double(ns) / 1e9]
+    }
+
+    func targets(_ r: WorkloadResults) -> [TargetCheck] {
+        [.ratio("within 1.2× the same-policy floor", r.advantage("churn_s", over: .floor), atLeast: 1 / 1.2)]
+    }
 }

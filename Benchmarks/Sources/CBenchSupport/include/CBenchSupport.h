@@ -43,6 +43,13 @@ uint64_t cbench_submit_policy_floor(long items, bool spin);
 /// dates now + `offsets[i]` ns. Returns the nanoseconds of the `count` additions, or 0 on error.
 uint64_t cbench_insert_policy_floor(const int64_t *offsets, long count);
 
+/// The timer churn floor with RunLoopKit's policy (floors.c): `live` timers added as above (due
+/// now + `offsets[0..<live]`), then `operations` times a timer added (`offsets[live + i]`) and the
+/// oldest cancelled (its generation moves on; the heap is rebuilt from its live entries once it
+/// holds more than twice the live timers plus 32). Returns the nanoseconds of the operations, or 0
+/// on error.
+uint64_t cbench_churn_policy_floor(const int64_t *offsets, long live, long operations);
+
 /// The timer firing floor with RunLoopKit's policy (floors.c): on a new thread, `count` timers
 /// added as above (due now + `offsets[i]` ns), then epoll_wait on the timerfd, every due timer
 /// collected under the lock, the timerfd re-armed, the timers fired outside the lock and freed.
