@@ -5,9 +5,10 @@
 //              consistent), an eventfd written only when the other side sleeps in epoll_wait;
 //   spin       after a wakeup from another thread, the woken side watches the request flag for up
 //              to 5 µs before it sleeps (RunLoopKit's spin after a cross-thread wakeup);
-//   queue      submissions go into a buffer under a mutex; the consumer swaps the whole buffer for
-//              an empty spare, and runs what it took outside the lock (RunLoopKit's BlockQueue);
-//              an item is a function and its argument, called one by one.
+//   queue      submissions go into a buffer under RunLoopKit's spin lock (pause, then yield); the
+//              consumer swaps the whole buffer for an empty spare, and runs what it took outside
+//              the lock (RunLoopKit's BlockQueue); an item is a function and its argument, called
+//              one by one.
 //
 // No allocation per item, no run loop: the distance from RunLoopKit to these is the price of its
 // passes, its closures and its bookkeeping.
@@ -15,6 +16,7 @@
 #include "CBenchSupport.h"
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -32,6 +34,26 @@ static inline void floor_relax(void) {
     __asm__ __volatile__("yield");
 #endif
 }
+
+/// RunLoopKit's lock (Locked.swift's SpinLock): an acquiring exchange, a releasing store; a
+/// waiter spins with a CPU pause, and after 64 spins yields the CPU (the holder may have been
+/// descheduled). The queue's producer and consumer meet in it; the timers' loop takes it
+/// uncontended, as a loop thread adding its own timers does.
+struct floor_lock {
+    atomic_bool held;
+};
+
+static inline void floor_lock_take(struct floor_lock *l) {
+    unsigned spins = 0;
+    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) {
+        if (++spins < 64)
+            floor_relax();
+        else
+            sched_yield();
+    }
+}
+
+static inline void floor_lock_give(struct floor_lock *l) { atomic_store_explicit(&l->held, false, memory_order_release); }
 
 // MARK: The wake protocol of the floors
 
@@ -58,7 +80,12 @@ static void floor_waiter_close(struct floor_waiter *w) {
 }
 
 /// The waker's side: make the request; write the eventfd only if it is new and the waiter sleeps.
+/// The fence orders the waker's work (a queued item, published with a releasing store) before the
+/// load that may return early, as RunLoopKit's WakeProtocol.request() does: without it the store
+/// can wait in the store buffer while the load sees a request the waiter is about to take, and
+/// the waiter then sleeps with work queued (a lost wakeup, seen with this floor's spin lock).
 static void floor_wake(struct floor_waiter *w) {
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&w->request, memory_order_seq_cst)) return;
     if (atomic_exchange_explicit(&w->request, true, memory_order_seq_cst)) return;
     if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst)) {
@@ -166,7 +193,7 @@ static int floor_buffer_push(struct floor_buffer *b, struct floor_item item) {
 }
 
 struct floor_queue {
-    pthread_mutex_t lock;
+    struct floor_lock lock;
     struct floor_buffer filling;
     atomic_bool pending;
     struct floor_waiter waiter;
@@ -190,11 +217,11 @@ static void *floor_consumer(void *raw) {
     bool woken = false;
     while (!atomic_load_explicit(&q->stop, memory_order_acquire)) {
         if (atomic_load_explicit(&q->pending, memory_order_acquire)) {
-            pthread_mutex_lock(&q->lock);
+            floor_lock_take(&q->lock);
             struct floor_buffer full = q->filling;
             q->filling = spare;
             atomic_store_explicit(&q->pending, false, memory_order_relaxed);
-            pthread_mutex_unlock(&q->lock);
+            floor_lock_give(&q->lock);
             for (size_t i = 0; i < full.count; i++) full.items[i].call(full.items[i].argument);
             full.count = 0;
             spare = full;
@@ -208,18 +235,18 @@ static void *floor_consumer(void *raw) {
 }
 
 static int floor_submit(struct floor_queue *q, struct floor_item item) {
-    pthread_mutex_lock(&q->lock);
+    floor_lock_take(&q->lock);
     int failed = floor_buffer_push(&q->filling, item);
     bool first = !atomic_load_explicit(&q->pending, memory_order_relaxed);
     if (first) atomic_store_explicit(&q->pending, true, memory_order_release);
-    pthread_mutex_unlock(&q->lock);
+    floor_lock_give(&q->lock);
     if (first) floor_wake(&q->waiter);
     return failed;
 }
 
 uint64_t cbench_submit_policy_floor(long items, bool spin) {
     struct floor_queue q = {.filling = {0}, .spin = spin};
-    pthread_mutex_init(&q.lock, NULL);
+    atomic_init(&q.lock.held, false);
     atomic_init(&q.pending, false);
     atomic_init(&q.stop, false);
     uint64_t result = 0;
@@ -240,7 +267,6 @@ uint64_t cbench_submit_policy_floor(long items, bool spin) {
     }
     floor_waiter_close(&q.waiter);
     free(q.filling.items);
-    pthread_mutex_destroy(&q.lock);
     return result;
 }
 
@@ -316,18 +342,6 @@ static struct floor_entry floor_heap_pop(struct floor_heap *h) {
     if (n > 0) h->entries[i] = last;
     return top;
 }
-
-/// The loop's lock: uncontended here, as on a loop thread adding its own timers (RunLoopKit's
-/// SpinLock: an acquiring exchange, a releasing store).
-struct floor_lock {
-    atomic_bool held;
-};
-
-static inline void floor_lock_take(struct floor_lock *l) {
-    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) floor_relax();
-}
-
-static inline void floor_lock_give(struct floor_lock *l) { atomic_store_explicit(&l->held, false, memory_order_release); }
 
 struct floor_timer_loop {
     struct floor_heap heap;

@@ -80,7 +80,7 @@ struct SubmissionWorkload: Workload {
     var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
     var headline: String? { "blocks_per_s" }
 
-    /// The same-policy floor (floors.c): a mutex-guarded buffer swapped whole by the consumer, the
+    /// The same-policy floor (floors.c): a buffer under RunLoopKit's spin lock, swapped whole by the consumer, the
     /// same wakeups and spin, a function call per item (no closure, no allocation, no pass).
     func runFloor() -> Measurement { ["blocks_per_s": submissionFloorPerSecond(blocks)] }
     func runFloorSpinOff() -> Measurement { ["blocks_per_s": submissionFloorPerSecond(blocks, spin: false)] }

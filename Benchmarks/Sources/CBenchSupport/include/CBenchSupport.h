@@ -32,7 +32,7 @@ void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder);
 /// before sleeping. Returns the elapsed nanoseconds of `round_trips` bounces, or 0 on error.
 uint64_t cbench_pingpong_policy_floor(long round_trips, bool spin);
 
-/// The cross-thread submission floor with RunLoopKit's policy (floors.c): a mutex-guarded buffer
+/// The cross-thread submission floor with RunLoopKit's policy (floors.c): a buffer under RunLoopKit's spin lock,
 /// swapped whole by the consumer, the same wakeups and (`spin`) the same spin as above; `items`
 /// function calls. Returns the nanoseconds from the first submission to the last call, or 0 on
 /// error.
