@@ -220,22 +220,10 @@ extension RunLoop {
             if context.pass.flags & LoopInstrumentation.reportIterations != 0 { reportPass(&context) }
 
             if (sourceHandled || source1Handled) && context.returnAfterSourceHandled { return .handledSource }
-            if deadlinePassed(context) { return .timedOut }
+            if context.deadline != LoopClock.never, LoopClock.now() >= context.deadline { return .timedOut }
             if consumeStop(context) { return .stopped }
             if isModeEmpty(&context) { return .finished }
         }
-    }
-
-    /// Whether the run's deadline has passed, checked at the end of every pass as CoreFoundation
-    /// checks it. A deadline more than the coarse clock's bound ahead (the usual case: a long or
-    /// endless run) is known not to have passed without a precise clock read, which costs a pass
-    /// that handles one source about a tenth of its time on a virtual machine.
-    @inline(__always)
-    private func deadlinePassed(_ context: RunContext) -> Bool {
-        guard context.deadline != LoopClock.never, context.deadline <= crlk_loop_now_upper_bound_ns() else {
-            return false
-        }
-        return LoopClock.now() >= context.deadline
     }
 
     // MARK: Phases
