@@ -44,12 +44,17 @@ struct floor_lock {
 };
 
 static inline void floor_lock_take(struct floor_lock *l) {
+    if (!atomic_exchange_explicit(&l->held, true, memory_order_acquire)) return;
+    // Contended: watch the flag with plain loads (the line stays shared) until it looks free.
     unsigned spins = 0;
-    while (atomic_exchange_explicit(&l->held, true, memory_order_acquire)) {
-        if (++spins < 64)
-            floor_relax();
-        else
-            sched_yield();
+    for (;;) {
+        while (atomic_load_explicit(&l->held, memory_order_relaxed)) {
+            if (++spins < 64)
+                floor_relax();
+            else
+                sched_yield();
+        }
+        if (!atomic_exchange_explicit(&l->held, true, memory_order_acquire)) return;
     }
 }
 
@@ -216,7 +221,9 @@ static void *floor_consumer(void *raw) {
     struct floor_buffer spare = {0};
     bool woken = false;
     while (!atomic_load_explicit(&q->stop, memory_order_acquire)) {
-        if (atomic_load_explicit(&q->pending, memory_order_acquire)) {
+        // Sequentially consistent: after a request taken (an exchange), this load must see the
+        // item whose waker returned early on that request (the store-buffer pattern).
+        if (atomic_load_explicit(&q->pending, memory_order_seq_cst)) {
             floor_lock_take(&q->lock);
             struct floor_buffer full = q->filling;
             q->filling = spare;
@@ -257,8 +264,8 @@ uint64_t cbench_submit_policy_floor(long items, bool spin) {
         uint64_t start = cbench_now_ns();
         int failed = 0;
         for (long i = 0; i < items && !failed; i++) failed = floor_submit(&q, (struct floor_item){floor_count, &counter});
-        // The consumer's counter is read once it has stopped (joined): ask it to stop after
-        // the last item, with one more item that sets the flag.
+        // The consumer's counter is read once it has stopped (joined): once it has taken the
+        // last items, set the stop flag and wake it.
         while (!failed && atomic_load_explicit(&q.pending, memory_order_acquire)) floor_relax();
         atomic_store_explicit(&q.stop, true, memory_order_release);
         floor_wake(&q.waiter);
@@ -362,26 +369,35 @@ static void floor_arm(struct floor_timer_loop *loop, int64_t deadline) {
     loop->armed = deadline;
 }
 
+static void floor_timer_loop_close(struct floor_timer_loop *loop) {
+    while (loop->heap.count > 0) free(floor_heap_pop(&loop->heap).timer);
+    free(loop->heap.entries);
+    loop->heap.entries = NULL;
+    if (loop->epfd >= 0) close(loop->epfd);
+    if (loop->timerfd >= 0) close(loop->timerfd);
+    if (loop->eventfd >= 0) close(loop->eventfd);
+    loop->epfd = loop->timerfd = loop->eventfd = -1;
+}
+
+/// Opens the loop's descriptors; on failure closes what it opened and returns -1 (closing the
+/// loop again is then harmless).
 static int floor_timer_loop_init(struct floor_timer_loop *loop) {
     *loop = (struct floor_timer_loop){.heap = {0}, .armed = INT64_MAX};
     atomic_init(&loop->lock.held, false);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     loop->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     loop->eventfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (loop->epfd < 0 || loop->timerfd < 0 || loop->eventfd < 0) return -1;
     struct epoll_event timer_event = {.events = EPOLLIN, .data.u64 = 1};
     struct epoll_event wake_event = {.events = EPOLLIN, .data.u64 = 2};
-    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->timerfd, &timer_event) < 0) return -1;
-    return epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->eventfd, &wake_event);
+    if (loop->epfd < 0 || loop->timerfd < 0 || loop->eventfd < 0
+        || epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->timerfd, &timer_event) < 0
+        || epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->eventfd, &wake_event) < 0) {
+        floor_timer_loop_close(loop);
+        return -1;
+    }
+    return 0;
 }
 
-static void floor_timer_loop_close(struct floor_timer_loop *loop) {
-    while (loop->heap.count > 0) free(floor_heap_pop(&loop->heap).timer);
-    free(loop->heap.entries);
-    if (loop->epfd >= 0) close(loop->epfd);
-    if (loop->timerfd >= 0) close(loop->timerfd);
-    if (loop->eventfd >= 0) close(loop->eventfd);
-}
 
 /// Creates a timer and adds it: an allocation, the lock, a heap push, and a timerfd re-arm when it
 /// is the new earliest. Returns the timer, or NULL when out of memory.
