@@ -55,7 +55,8 @@ import class RunLoopKit.RunLoop
 
     /// A newcomer's use: turn the spin off on a loop thread's loop, then hand it blocks from
     /// another thread, each after the one before has run (the case the spin is for). Every block
-    /// runs, in order, with the loop sleeping in the kernel between them.
+    /// runs, in order: with the spin off nothing is lost. (That the spin is off is the test
+    /// above's: this one would pass with it on.)
     @Test func aLoopWithTheSpinOffRunsEveryBlockHandedToIt() {
         let keepAlive = RunLoopSource {}
         guard
