@@ -332,21 +332,25 @@ static int floor_heap_push(struct floor_heap *h, struct floor_entry e) {
     return 0;
 }
 
-static struct floor_entry floor_heap_pop(struct floor_heap *h) {
-    struct floor_entry top = h->entries[0];
-    struct floor_entry last = h->entries[--h->count];
-    size_t n = h->count, i = 0;
+/// Puts `moving` at hole `i` of the first `n` entries, moving it down past smaller children.
+static void floor_sift_down(struct floor_heap *h, size_t i, struct floor_entry moving, size_t n) {
     for (;;) {
         size_t first = 4 * i + 1;
         if (first >= n) break;
         size_t best = first, end = first + 4 < n ? first + 4 : n;
         for (size_t c = first + 1; c < end; c++)
             if (floor_precedes(&h->entries[c], &h->entries[best])) best = c;
-        if (!floor_precedes(&h->entries[best], &last)) break;
+        if (!floor_precedes(&h->entries[best], &moving)) break;
         h->entries[i] = h->entries[best];
         i = best;
     }
-    if (n > 0) h->entries[i] = last;
+    h->entries[i] = moving;
+}
+
+static struct floor_entry floor_heap_pop(struct floor_heap *h) {
+    struct floor_entry top = h->entries[0];
+    struct floor_entry last = h->entries[--h->count];
+    if (h->count > 0) floor_sift_down(h, 0, last, h->count);
     return top;
 }
 
@@ -567,21 +571,8 @@ static void floor_rebuild(struct floor_heap *h) {
     }
     h->count = kept;
     // Heapify: sift down every parent, last first.
-    for (size_t start = kept > 1 ? (kept - 2) / 4 + 1 : 0; start-- > 0;) {
-        struct floor_entry moving = h->entries[start];
-        size_t i = start;
-        for (;;) {
-            size_t first = 4 * i + 1;
-            if (first >= kept) break;
-            size_t best = first, end = first + 4 < kept ? first + 4 : kept;
-            for (size_t c = first + 1; c < end; c++)
-                if (floor_precedes(&h->entries[c], &h->entries[best])) best = c;
-            if (!floor_precedes(&h->entries[best], &moving)) break;
-            h->entries[i] = h->entries[best];
-            i = best;
-        }
-        h->entries[i] = moving;
-    }
+    for (size_t start = kept > 1 ? (kept - 2) / 4 + 1 : 0; start-- > 0;)
+        floor_sift_down(h, start, h->entries[start], kept);
 }
 
 uint64_t cbench_churn_policy_floor(const int64_t *offsets, long live, long operations) {
