@@ -94,16 +94,23 @@ struct StallDetector {
     let settings: Settings
     private(set) var candidate: Candidate?
     private(set) var stall: Stall?
-    /// When the monitor last looked.
+    /// When the monitor last began to look: the instant before it read the snapshot, so work that
+    /// snapshot did not show began after it.
     private(set) var lastLook: ContinuousClock.Instant?
 
     init(_ settings: Settings) { self.settings = settings }
 
-    /// One look at the source.
-    mutating func look(_ snapshot: StallSnapshot, at now: ContinuousClock.Instant) -> Look {
+    /// One look at the source: `snapshot`, read after `readFrom` (the monitor's clock before the
+    /// read; `now` when nil), judged at `now` (the clock after the read).
+    ///
+    /// The two instants differ when the monitor's thread is preempted between the read and the
+    /// clock: work the snapshot did not show may have begun before `now`, never before `readFrom`.
+    mutating func look(_ snapshot: StallSnapshot, at now: ContinuousClock.Instant, readFrom: ContinuousClock.Instant? = nil)
+        -> Look
+    {
         var look = Look()
         let previousLook = lastLook
-        lastLook = now
+        lastLook = min(readFrom ?? now, now)
         let busy = snapshot.activity == .busy
         let current = Key(generation: snapshot.work, callout: snapshot.step)
         // Moved on, whatever the thread did next (even if it has exited since).
@@ -124,11 +131,12 @@ struct StallDetector {
         }
         if candidate?.key != current {
             // Timed from the last look that saw the source elsewhere (the work began after it), or
-            // from when the source stamped the work, if it does and that is later: a duration is
-            // never shorter than the work, and at most a sample interval longer at its start.
-            let samePass = candidate?.key.generation == current.generation
+            // from when the source stamped its busy stretch, if that is later: the stretch holds
+            // the work (a later callout of a RunLoopKit pass began after its pass's stamp), so a
+            // duration is never shorter than the work, and at most a sample interval longer at
+            // its start.
             var since = previousLook ?? now
-            if !samePass, let stamped = snapshot.busySince, stamped > since { since = stamped }
+            if let stamped = snapshot.busySince, stamped > since { since = stamped }
             // A source that knows when the work began (a heartbeat's send time) says so exactly.
             if snapshot.busySinceIsExact, let stamped = snapshot.busySince { since = stamped }
             candidate = Candidate(key: current, busySince: min(since, now), seenAt: now)
@@ -195,6 +203,10 @@ struct StallDetector {
     /// work; the monitor's own time only when it stamped nothing usable (the monitor may look up
     /// to a sample interval late, or later when its thread waits for the CPU).
     static func movedOnAt(_ snapshot: StallSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        // A busy stamp is when the source's current stretch of work began. The stall's own
+        // stretch began no later than the stall's start (the look that timed the stall took the
+        // later of its stamp and the last look), so a later stamp is a new stretch, begun after
+        // the stall ended; an earlier one is the stall's own, and tells nothing of its end.
         let stamped = snapshot.activity == .idle ? snapshot.idleSince : snapshot.busySince
         guard let stamped, stamped > stall.busySince, stamped <= now else { return now }
         return stamped

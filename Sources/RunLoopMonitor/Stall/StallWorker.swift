@@ -99,10 +99,11 @@ final class StallWorker: @unchecked Sendable {
         guard var watch = watches[key] else { return nil }
         defer { watches[key] = watch }
         let source = watch.source
+        let readFrom = ContinuousClock.now
         let snapshot = source.stallSnapshot()
         let now = ContinuousClock.now
         keepReadable(&watch, snapshot)
-        let look = watch.detector.look(snapshot, at: now)
+        let look = watch.detector.look(snapshot, at: now, readFrom: readFrom)
         if let (reason, end) = look.ended, let stall = watch.stall {
             finish(stall, reason: reason, at: end)
             watch.stall = nil

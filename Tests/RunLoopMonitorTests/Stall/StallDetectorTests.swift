@@ -76,11 +76,35 @@ struct StallDetectorTests {
         _ = detector.look(Self.idle(), at: Self.at(0))
         _ = Self.lookUntilBegin(&detector, from: 20)
         _ = detector.began(true, reported: true, at: Self.at(100))
-        // The same pass, its next callout (stamped 150 ms): the stall ended then; the new work is
-        // timed from the last look, as the pass is the same.
+        // The same pass, its next callout, in a busy stretch stamped 150 ms (the pass slept and
+        // woke since): the stall ended then, and the new work began after it.
         let look = detector.look(Self.busy(1, step: 2, since: 150), at: Self.at(160))
         #expect(look.ended?.reason == .movedOn && look.ended?.at == Self.at(150))
-        #expect(look.newWork && look.next == .wait(until: Self.at(200)))
+        #expect(look.newWork && look.next == .wait(until: Self.at(250)))
+    }
+
+    /// A later callout of a pass in the stretch the last look saw: timed from that look (the
+    /// stretch's stamp is older), and its end is not taken from that stamp either.
+    @Test func aLaterCalloutOfTheSameStretchIsTimedFromTheLastLook() {
+        var detector = StallDetector(Self.settings)
+        _ = detector.look(Self.idle(), at: Self.at(0))
+        _ = detector.look(Self.busy(1, step: 1, since: 5), at: Self.at(20))
+        let second = detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(40))
+        #expect(second.newWork && second.next == .wait(until: Self.at(120)))
+        #expect(detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(120)).next == .begin(busySince: Self.at(20)))
+        _ = detector.began(true, reported: true, at: Self.at(120))
+        let moved = detector.look(Self.busy(1, step: 3, since: 5), at: Self.at(200))
+        #expect(moved.ended?.reason == .movedOn && moved.ended?.at == Self.at(200))
+    }
+
+    /// A look whose thread was preempted between reading the snapshot and reading the clock:
+    /// work the snapshot did not show is timed from before the read, so a stall is never shorter
+    /// than its work (a 500 ms block was once reported as 494 ms this way).
+    @Test func aLookPreemptedAfterItsReadTimesTheNextWorkFromBeforeTheRead() {
+        var detector = StallDetector(Self.settings)
+        _ = detector.look(Self.idle(), at: Self.at(8), readFrom: Self.at(0))
+        #expect(detector.look(Self.busy(1), at: Self.at(20), readFrom: Self.at(19)).next == .wait(until: Self.at(100)))
+        #expect(detector.look(Self.busy(1), at: Self.at(100), readFrom: Self.at(99)).next == .begin(busySince: Self.at(0)))
     }
 
     @Test func anUnstampedMoveEndsAtTheLook() {
