@@ -23,7 +23,14 @@ bool cbench_alloc_counter_available(void) { return false; }
 void cbench_alloc_counter_start(void) {}
 long cbench_alloc_counter_stop(void) { return -1; }
 void cbench_alloc_process_start(void) {}
+long cbench_alloc_process_read(void) {
+    long total = 0;
+    for (int i = 0; i < CBENCH_SHARDS; i++) total += atomic_load_explicit(&shards[i].count, memory_order_relaxed);
+    return total;
+}
+
 long cbench_alloc_process_stop(void) { return -1; }
+long cbench_alloc_process_read(void) { return -1; }
 #else
 static __thread int counting;
 static __thread long allocations;
@@ -51,6 +58,12 @@ static inline void count_process(void) {
 void cbench_alloc_process_start(void) {
     for (int i = 0; i < CBENCH_SHARDS; i++) atomic_store_explicit(&shards[i].count, 0, memory_order_relaxed);
     atomic_store_explicit(&process_counting, 1, memory_order_seq_cst);
+}
+
+long cbench_alloc_process_read(void) {
+    long total = 0;
+    for (int i = 0; i < CBENCH_SHARDS; i++) total += atomic_load_explicit(&shards[i].count, memory_order_relaxed);
+    return total;
 }
 
 long cbench_alloc_process_stop(void) {

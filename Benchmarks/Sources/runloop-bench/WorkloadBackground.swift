@@ -10,7 +10,9 @@ import RunLoopScheduling
 import class RunLoopKit.RunLoop
 
 /// Idle and background cost: what a loop costs the machine while it has nothing to do, or only
-/// background work. Wakeups and CPU per second of the whole process but the measuring thread.
+/// background work. Wakeups and CPU per second of the threads the implementation started for the
+/// scenario (its loop's thread, and a monitor's), and of the whole process but the measuring
+/// thread.
 struct BackgroundWorkload: Workload {
     var windowNs: UInt64 = 2_000_000_000
     var timers = 1_000
@@ -20,7 +22,7 @@ struct BackgroundWorkload: Workload {
     var name: String { "background" }
     var title: String { "Idle and background cost" }
     var summary: String {
-        "Wakeups and CPU per second over \(windowNs / 1_000_000_000) s, once the process has settled (under 10% of a core over 200 ms), of: (a) an idle loop (a keep-alive source, nothing else); (b) \(timers.formatted()) repeating timers of 1 s, first fire dates spread at random over a second, tolerance 100 ms (RunLoopKit and CF: the timers' tolerance; NIO: scheduleRepeatedTask, which has none); (c) a 60 Hz display link (RunLoopKit: DisplayLink; CF and NIO, which have none: a 60 Hz repeating timer or task); (d) the idle loop watched by a StallMonitor with its default settings (RunLoopKit only). Wakeups: the context switches of every thread of the process but the measuring one and a control thread blocked in sem_wait (/proc/self/task/*/status); CPU: getrusage over the window, less the measuring thread's own."
+        "Wakeups and CPU per second over \(windowNs / 1_000_000_000) s, once the process has settled (under 10% of a core over 200 ms), of: (a) an idle loop (a keep-alive source, nothing else); (b) \(timers.formatted()) repeating timers of 1 s, first fire dates spread at random over a second, tolerance 100 ms (RunLoopKit and CF: the timers' tolerance; NIO: scheduleRepeatedTask, which has none); (c) a 60 Hz display link (RunLoopKit: DisplayLink; CF and NIO, which have none: a 60 Hz repeating timer or task); (d) the idle loop watched by a StallMonitor with its default settings (RunLoopKit only). Wakeups: the context switches (/proc/self/task/*/status) of the threads the implementation started for the scenario (its loop's thread; in (d) the monitor's threads too: every thread that appeared from the loop's creation to the end of the settling); CPU: those threads' CPU clocks. The whole process's figures (every thread but the measuring one and a control thread blocked in sem_wait; CPU from getrusage, less the measuring thread's own) are in the JSON as process_wakeups_per_s_* and process_cpu_us_per_s_*."
     }
 
     private enum Scenario: String, CaseIterable {
@@ -55,7 +57,7 @@ struct BackgroundWorkload: Workload {
     /// 200 ms (at most 20 s), so that a start-up's work (a StallMonitor's first start loads the
     /// symbol tables in the background) is not counted as the steady cost; that work's CPU is
     /// recorded as `settle_cpu_ms_<scenario>`.
-    private func measure(_ scenario: Scenario, into m: inout Measurement) {
+    private func measure(_ scenario: Scenario, threadsBefore: Set<Int32>, into m: inout Measurement) {
         let control = cbench_control_thread_start()
         defer { cbench_control_thread_stop() }
         let settleStart = processCPUNanoseconds()
@@ -67,7 +69,10 @@ struct BackgroundWorkload: Workload {
         }
         m["settle_cpu_ms_\(scenario.rawValue)"] = Double(processCPUNanoseconds() - settleStart) / 1e6
         let me = cbench_gettid()
+        // The implementation's threads: those that appeared since before its loop was made.
+        let own = threadIDs().subtracting(threadsBefore).subtracting([me, control])
         let switches = threadSwitches(excluding: [me, control])
+        let ownCPUBefore = own.map { cbench_thread_cpu_ns_of($0) }
         let cpu = processCPUNanoseconds()
         let ownCPU = threadCPUNanoseconds()
         let start = cbench_now_ns()
@@ -80,8 +85,22 @@ struct BackgroundWorkload: Workload {
         // Threads present at the end: their switches since the start (all of them for a thread
         // started meanwhile). A thread that ended meanwhile cannot be read any more; none should.
         let wakeups = switchesAfter.reduce(0) { sum, entry in sum + entry.value - switches[entry.key, default: 0] }
-        m["wakeups_per_s_\(scenario.rawValue)"] = Double(wakeups) / elapsed
-        m["cpu_us_per_s_\(scenario.rawValue)"] = Double(cpuUsed) / 1e3 / elapsed
+        m["process_wakeups_per_s_\(scenario.rawValue)"] = Double(wakeups) / elapsed
+        m["process_cpu_us_per_s_\(scenario.rawValue)"] = Double(cpuUsed) / 1e3 / elapsed
+        let ownWakeups = own.reduce(0) { sum, tid in sum + (switchesAfter[tid] ?? 0) - (switches[tid] ?? 0) }
+        let implementationCPU = zip(own, ownCPUBefore).reduce(Int64(0)) { sum, entry in
+            let after = cbench_thread_cpu_ns_of(entry.0)
+            return sum + (after >= 0 && entry.1 >= 0 ? after - entry.1 : 0)
+        }
+        m["threads_\(scenario.rawValue)"] = Double(own.count)
+        m["wakeups_per_s_\(scenario.rawValue)"] = Double(ownWakeups) / elapsed
+        m["cpu_us_per_s_\(scenario.rawValue)"] = Double(implementationCPU) / 1e3 / elapsed
+    }
+
+    /// The ids of this process's threads now.
+    private func threadIDs() -> Set<Int32> {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return Set(names.compactMap { Int32($0) })
     }
 
     /// Context switches of every thread of this process but `excluded`, by thread id.
@@ -100,6 +119,7 @@ struct BackgroundWorkload: Workload {
     func runRunLoopKit() -> Measurement {
         var m = Measurement()
         for scenario in Scenario.allCases {
+            let before = threadIDs()
             let host = RunLoopKitHost()
             let loop = host.loop
             let (tolerance, interval, phases) = (self.tolerance, self.timerInterval, self.phases)
@@ -121,7 +141,7 @@ struct BackgroundWorkload: Workload {
                     return Unchecked(([], nil, monitor))
                 }
             }
-            measure(scenario, into: &m)
+            measure(scenario, threadsBefore: before, into: &m)
             made.value.monitor?.stop()
             host.sync {
                 for timer in made.value.timers { timer.invalidate() }
@@ -135,6 +155,7 @@ struct BackgroundWorkload: Workload {
     func runCF() -> Measurement {
         var m = Measurement()
         for scenario in [Scenario.idle, .timers, .display] {
+            let before = threadIDs()
             let host = CFHost()
             let (tolerance, interval, phases) = (
                 Double(tolerance.nanosecondsValue) / 1e9, Double(timerInterval.nanosecondsValue) / 1e9, self.phases
@@ -160,7 +181,7 @@ struct BackgroundWorkload: Workload {
                 for timer in timers { CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode) }
                 return Unchecked(timers)
             }
-            measure(scenario, into: &m)
+            measure(scenario, threadsBefore: before, into: &m)
             host.sync { for timer in made.value { CFRunLoopTimerInvalidate(timer) } }
             host.shutdown()
         }
@@ -170,6 +191,7 @@ struct BackgroundWorkload: Workload {
     func runNIO() -> Measurement {
         var m = Measurement()
         for scenario in [Scenario.idle, .timers, .display] {
+            let before = threadIDs()
             let host = NIOHost()
             let loop = host.loop
             let (interval, phases) = (timerInterval.nanosecondsValue, self.phases)
@@ -186,7 +208,7 @@ struct BackgroundWorkload: Workload {
                     return []
                 }
             }
-            measure(scenario, into: &m)
+            measure(scenario, threadsBefore: before, into: &m)
             host.sync { for task in tasks { task.cancel() } }
             host.shutdown()
         }
@@ -217,7 +239,7 @@ struct BackgroundWorkload: Workload {
 
     func notes(_ r: WorkloadResults) -> [String] {
         var lines = [
-            "A wakeup here is a context switch of any thread of the process but the measuring one: the loop's, and the monitor's threads in (d). CF and NIO have no StallMonitor: (d) is RunLoopKit's alone."
+            "A wakeup here is a context switch of a thread the implementation started for the scenario: the loop's, and the monitor's threads in (d). Threads that were there before (the runtime's, the harness's) are not counted; the whole process's figures are in the JSON. CF and NIO have no StallMonitor: (d) is RunLoopKit's alone."
         ]
         if let settle = r.stats[.runLoopKit]?["settle_cpu_ms_watched"] {
             lines.append(

@@ -21,7 +21,14 @@ struct TimerFiringWorkload: Workload {
     var summary: String {
         "\(timers.formatted()) one-shot timers due within 50 ms (random, fixed seed), added on the loop's thread \(margin / 1_000_000) ms ahead; fires per second from the first due date to the last fire, on each implementation's own clock."
     }
-    var metrics: [Metric] { [Metric("fires_per_s", "fires/s", .perSecond, .higherIsBetter)] }
+    var metrics: [Metric] {
+        [
+            Metric("fires_per_s", "fires/s", .perSecond, .higherIsBetter),
+            Metric(
+                "firing_allocs_per_fire", "allocations per fire, the firing alone (the timers' own allocation excluded)", .count,
+                .lowerIsBetter),
+        ]
+    }
 
     private final class Counter: @unchecked Sendable {
         var count = 0
@@ -37,9 +44,14 @@ struct TimerFiringWorkload: Workload {
             self.target = target
             self.now = now
         }
+        /// The process's allocation count once every timer was added, and at the last fire: what
+        /// firing allocates, apart from the timers themselves (-1 without the counter).
+        var allocationsAdded = -1
+        var allocationsFired = -1
         @inline(__always) func fired() {
             count += 1
             if count == target {
+                allocationsFired = cbench_alloc_process_read()
                 span = now() - firstDue
                 done.signal()
             }
@@ -52,6 +64,9 @@ struct TimerFiringWorkload: Workload {
         c.done.wait()
         var m: Measurement = ["fires_per_s": Double(timers) / (c.span / 1e9)]
         if c.overran { m["overran"] = 1 }
+        if c.allocationsAdded >= 0 && c.allocationsFired >= 0 {
+            m["firing_allocs_per_fire"] = Double(c.allocationsFired - c.allocationsAdded) / Double(timers)
+        }
         return m
     }
 
@@ -70,6 +85,7 @@ struct TimerFiringWorkload: Workload {
                 loop.add(RunLoopTimer(fireAt: base + .nanoseconds(offset)) { _ in c.fired() }, forMode: .default)
             }
             c.overran = c.now() >= c.firstDue
+            c.allocationsAdded = cbench_alloc_process_read()
         }
         return result(c)
     }
@@ -91,6 +107,7 @@ struct TimerFiringWorkload: Workload {
                 CFRunLoopAddTimer(loop, timer, kCFRunLoopDefaultMode)
             }
             c.overran = c.now() >= c.firstDue
+            c.allocationsAdded = cbench_alloc_process_read()
         }
         return result(c)
     }
@@ -109,6 +126,7 @@ struct TimerFiringWorkload: Workload {
                 loop.scheduleTask(deadline: base + .nanoseconds(offset)) { c.fired() }
             }
             c.overran = c.now() >= c.firstDue
+            c.allocationsAdded = cbench_alloc_process_read()
         }
         return result(c)
     }

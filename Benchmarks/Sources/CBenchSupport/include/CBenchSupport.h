@@ -17,6 +17,9 @@ long cbench_thread_context_switches(int tid);
 /// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID) in nanoseconds.
 uint64_t cbench_thread_cpu_ns(void);
 
+/// Thread `tid`'s (of this process) CPU time in nanoseconds, or -1 once it has exited.
+int64_t cbench_thread_cpu_ns_of(int tid);
+
 /// Resident set size of the process in bytes (/proc/self/statm), -1 if unreadable.
 long cbench_rss_bytes(void);
 
@@ -75,6 +78,8 @@ bool cbench_alloc_counter_available(void);
 /// cache line); start resets. Independent of the per-thread counter.
 void cbench_alloc_process_start(void);
 long cbench_alloc_process_stop(void);
+/// The process-wide count so far, counting on (-1 where the counter is unavailable).
+long cbench_alloc_process_read(void);
 void cbench_alloc_counter_start(void);
 long cbench_alloc_counter_stop(void);
 #endif

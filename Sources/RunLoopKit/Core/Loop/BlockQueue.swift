@@ -45,8 +45,10 @@ final class BlockQueue: @unchecked Sendable {
             unlock()
             return block
         }
-        unowned(unsafe) let buffer = filling.takeUnretainedValue()  // kept alive by `filling`'s +1
-        buffer.append(block)
+        // Kept alive by `filling`'s +1: no retain and release of the buffer for the append (the
+        // block is moved in through an optional the closure can take it from).
+        var moved = Optional(block)
+        filling._withUnsafeGuaranteedRef { $0.append(moved.take()!) }
         hasPending.store(true, ordering: .relaxed)
         unlock()
         return nil

@@ -34,9 +34,10 @@ struct PendingBlock: Sendable {
         self.work = work
     }
 
-    /// Runs the block on `loop`'s thread.
+    /// Runs the block on `loop`'s thread, consuming it: the closure is moved out of the block and
+    /// called, so its context is released once, after the call, and not retained for it.
     @inline(__always)
-    func run(on loop: RunLoop) {
+    consuming func run(on loop: RunLoop) {
         switch work {
         case .closure(let body): body()
         case .taskJob(let job): job.runSynchronously(on: loop.asUnownedTaskExecutor())

@@ -352,7 +352,7 @@ extension RunLoop {
 
     /// Runs `block` if it is for the run's mode; else keeps it, in order, for a later pass.
     @inline(__always)
-    private func runOrKeep(_ block: PendingBlock, modeIsCommon: Bool, _ context: inout RunContext) {
+    private func runOrKeep(_ block: consuming PendingBlock, modeIsCommon: Bool, _ context: inout RunContext) {
         guard block.runs(in: context.mode, modeIsCommon: modeIsCommon) else {
             context.scratch.otherModes.append(block)
             return
