@@ -17,7 +17,14 @@ struct SubmissionWorkload: Workload {
     var summary: String {
         "Another thread submits \(blocks.formatted()) blocks, each waking the loop (RunLoopKit perform, CF CFRunLoopPerformBlock + CFRunLoopWakeUp, NIO execute); blocks per second from the first submit to the last block run."
     }
-    var metrics: [Metric] { [Metric("blocks_per_s", "blocks/s", .perSecond, .higherIsBetter)] }
+    var metrics: [Metric] {
+        [
+            Metric("blocks_per_s", "blocks/s", .perSecond, .higherIsBetter),
+            // How the run went: a loop that keeps up with its producer takes a few blocks per
+            // pass (lockstep), one that falls behind takes thousands; see BENCHMARKS.md.
+            Metric("blocks_per_pass", "blocks per pass (RunLoopKit: the loop's passes)", .count, .higherIsBetter),
+        ]
+    }
 
     /// The counter the blocks bump on the loop's thread; the last one records the end time.
     private final class Sink: @unchecked Sendable {
@@ -51,9 +58,13 @@ struct SubmissionWorkload: Workload {
         defer { host.shutdown() }
         let loop = host.loop
         if !spin { loop.wakeUpSpinWindow = .zero }
-        return measure { sink in
+        let passesBefore = loop.phaseSnapshot.generation
+        var m = measure { sink in
             for _ in 0..<blocks { loop.perform { sink.hit() } }
         }
+        let passes = loop.phaseSnapshot.generation - passesBefore
+        m["blocks_per_pass"] = Double(blocks) / Double(max(passes, 1))
+        return m
     }
 
     func runCF() -> Measurement {
