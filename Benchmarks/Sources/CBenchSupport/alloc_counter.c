@@ -23,12 +23,6 @@ bool cbench_alloc_counter_available(void) { return false; }
 void cbench_alloc_counter_start(void) {}
 long cbench_alloc_counter_stop(void) { return -1; }
 void cbench_alloc_process_start(void) {}
-long cbench_alloc_process_read(void) {
-    long total = 0;
-    for (int i = 0; i < CBENCH_SHARDS; i++) total += atomic_load_explicit(&shards[i].count, memory_order_relaxed);
-    return total;
-}
-
 long cbench_alloc_process_stop(void) { return -1; }
 long cbench_alloc_process_read(void) { return -1; }
 #else

@@ -22,7 +22,7 @@ struct BackgroundWorkload: Workload {
     var name: String { "background" }
     var title: String { "Idle and background cost" }
     var summary: String {
-        "Wakeups and CPU per second over \(windowNs / 1_000_000_000) s, once the process has settled (under 10% of a core over 200 ms), of: (a) an idle loop (a keep-alive source, nothing else); (b) \(timers.formatted()) repeating timers of 1 s, first fire dates spread at random over a second, tolerance 100 ms (RunLoopKit and CF: the timers' tolerance; NIO: scheduleRepeatedTask, which has none); (c) a 60 Hz display link (RunLoopKit: DisplayLink; CF and NIO, which have none: a 60 Hz repeating timer or task); (d) the idle loop watched by a StallMonitor with its default settings (RunLoopKit only). Wakeups: the context switches (/proc/self/task/*/status) of the threads the implementation started for the scenario (its loop's thread; in (d) the monitor's threads too: every thread that appeared from the loop's creation to the end of the settling); CPU: those threads' CPU clocks. The whole process's figures (every thread but the measuring one and a control thread blocked in sem_wait; CPU from getrusage, less the measuring thread's own) are in the JSON as process_wakeups_per_s_* and process_cpu_us_per_s_*."
+        "Wakeups and CPU per second over \(windowNs / 1_000_000_000) s, once the process has settled (under 10% of a core over 200 ms), of: (a) an idle loop (a keep-alive source, nothing else); (b) \(timers.formatted()) repeating timers of 1 s, first fire dates spread at random over a second, tolerance 100 ms (RunLoopKit and CF: the timers' tolerance; NIO: scheduleRepeatedTask, which has none); (c) a 60 Hz display link (RunLoopKit: DisplayLink; CF and NIO, which have none: a 60 Hz repeating timer or task); (d) the idle loop watched by a StallMonitor with its default settings (RunLoopKit only). Wakeups: the context switches (/proc/self/task/*/status) of the threads the implementation started for the scenario (its loop's thread; in (d) the monitor's threads too: every thread that appeared from the loop's creation to the end of the settling); CPU: those threads' CPU clocks. Then the same for the whole process: every thread but the measuring one and a control thread blocked in sem_wait; CPU from getrusage, less the measuring thread's own."
     }
 
     private enum Scenario: String, CaseIterable {
@@ -45,6 +45,16 @@ struct BackgroundWorkload: Workload {
                 Metric("cpu_us_per_s_\(scenario.rawValue)", "CPU µs/s, \(scenario.label)", .microseconds, .lowerIsBetter),
             ]
         }
+            + Scenario.allCases.flatMap { scenario in
+                [
+                    Metric(
+                        "process_wakeups_per_s_\(scenario.rawValue)", "whole process: wakeups/s, \(scenario.label)", .count,
+                        .lowerIsBetter),
+                    Metric(
+                        "process_cpu_us_per_s_\(scenario.rawValue)", "whole process: CPU µs/s, \(scenario.label)",
+                        .microseconds, .lowerIsBetter),
+                ]
+            }
     }
 
     /// The 1,000 timers' first fire dates, in nanoseconds from now: spread over one interval.
@@ -87,12 +97,16 @@ struct BackgroundWorkload: Workload {
         let wakeups = switchesAfter.reduce(0) { sum, entry in sum + entry.value - switches[entry.key, default: 0] }
         m["process_wakeups_per_s_\(scenario.rawValue)"] = Double(wakeups) / elapsed
         m["process_cpu_us_per_s_\(scenario.rawValue)"] = Double(cpuUsed) / 1e3 / elapsed
-        let ownWakeups = own.reduce(0) { sum, tid in sum + (switchesAfter[tid] ?? 0) - (switches[tid] ?? 0) }
+        // An implementation's thread that exited within the window cannot be read any more: it
+        // is left out of both sums and counted apart (none should).
+        let readable = own.filter { switches[$0] != nil && switchesAfter[$0] != nil }
+        let ownWakeups = readable.reduce(0) { sum, tid in sum + switchesAfter[tid]! - switches[tid]! }
         let implementationCPU = zip(own, ownCPUBefore).reduce(Int64(0)) { sum, entry in
             let after = cbench_thread_cpu_ns_of(entry.0)
             return sum + (after >= 0 && entry.1 >= 0 ? after - entry.1 : 0)
         }
         m["threads_\(scenario.rawValue)"] = Double(own.count)
+        if readable.count < own.count { m["threads_exited_\(scenario.rawValue)"] = Double(own.count - readable.count) }
         m["wakeups_per_s_\(scenario.rawValue)"] = Double(ownWakeups) / elapsed
         m["cpu_us_per_s_\(scenario.rawValue)"] = Double(implementationCPU) / 1e3 / elapsed
     }
@@ -239,7 +253,7 @@ struct BackgroundWorkload: Workload {
 
     func notes(_ r: WorkloadResults) -> [String] {
         var lines = [
-            "A wakeup here is a context switch of a thread the implementation started for the scenario: the loop's, and the monitor's threads in (d). Threads that were there before (the runtime's, the harness's) are not counted; the whole process's figures are in the JSON. CF and NIO have no StallMonitor: (d) is RunLoopKit's alone."
+            "A wakeup here is a context switch of a thread the implementation started for the scenario: the loop's, and the monitor's threads in (d). Threads that were there before (the runtime's, the harness's) are not counted in the first rows; the whole process's rows count them. CF and NIO have no StallMonitor: (d) is RunLoopKit's alone."
         ]
         if let settle = r.stats[.runLoopKit]?["settle_cpu_ms_watched"] {
             lines.append(

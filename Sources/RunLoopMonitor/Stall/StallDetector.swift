@@ -44,6 +44,8 @@ struct StallDetector {
     struct Stall: Equatable {
         let key: Key
         let busySince: ContinuousClock.Instant
+        /// The look that first saw its work: the work was running then.
+        let seenAt: ContinuousClock.Instant
         var nextSample: ContinuousClock.Instant
         /// Reported (`began` sent), or held back by the back-off until it ends or becomes a hang.
         var reported: Bool
@@ -191,7 +193,9 @@ struct StallDetector {
     /// look again.
     mutating func began(_ taken: Bool, reported: Bool, at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
         guard taken, let candidate else { return nil }
-        let stall = Stall(key: candidate.key, busySince: candidate.busySince, nextSample: now + settings.sampleInterval, reported: reported)
+        let stall = Stall(
+            key: candidate.key, busySince: candidate.busySince, seenAt: candidate.seenAt, nextSample: now + settings.sampleInterval,
+            reported: reported)
         self.stall = stall
         return stall.nextSample
     }
@@ -203,12 +207,14 @@ struct StallDetector {
     /// work; the monitor's own time only when it stamped nothing usable (the monitor may look up
     /// to a sample interval late, or later when its thread waits for the CPU).
     static func movedOnAt(_ snapshot: StallSnapshot, _ stall: Stall, _ now: ContinuousClock.Instant) -> ContinuousClock.Instant {
-        // A busy stamp is when the source's current stretch of work began. The stall's own
-        // stretch began no later than the stall's start (the look that timed the stall took the
-        // later of its stamp and the last look), so a later stamp is a new stretch, begun after
-        // the stall ended; an earlier one is the stall's own, and tells nothing of its end.
+        // A stamp is when the source's current stretch of work (or its sleep) began. The stall's
+        // work was running when a look first saw it, so a stamp later than that look is a
+        // stretch or a sleep begun after the work ended: its start is the end. A stamp not later
+        // is the stall's own stretch, or an older one a snapshot read across a sleep paired with
+        // the work's key (a pass that slept and woke in the same generation): it tells nothing of
+        // the end.
         let stamped = snapshot.activity == .idle ? snapshot.idleSince : snapshot.busySince
-        guard let stamped, stamped > stall.busySince, stamped <= now else { return now }
+        guard let stamped, stamped > stall.seenAt, stamped <= now else { return now }
         return stamped
     }
 }

@@ -97,6 +97,22 @@ struct StallDetectorTests {
         #expect(moved.ended?.reason == .movedOn && moved.ended?.at == Self.at(200))
     }
 
+    /// A snapshot read across a sleep of the pass (the same generation before and after) pairs
+    /// the new callout's key with the old stretch's stamp: the stall starts early (harmless), and
+    /// the new stretch's stamp, later than that start but earlier than the look that first saw
+    /// the work, is not taken for its end.
+    @Test func aStretchBegunBeforeTheStallWasSeenDoesNotEndIt() {
+        var detector = StallDetector(Self.settings)
+        _ = detector.look(Self.idle(), at: Self.at(0))
+        // The callout began in a stretch stamped 12 ms; the snapshot paired it with the stamp of
+        // the stretch before the pass slept (5 ms).
+        _ = detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(20))
+        #expect(detector.look(Self.busy(1, step: 2, since: 12), at: Self.at(120)).next == .begin(busySince: Self.at(5)))
+        _ = detector.began(true, reported: true, at: Self.at(120))
+        let moved = detector.look(Self.busy(1, step: 3, since: 12), at: Self.at(200))
+        #expect(moved.ended?.reason == .movedOn && moved.ended?.at == Self.at(200))
+    }
+
     /// A look whose thread was preempted between reading the snapshot and reading the clock:
     /// work the snapshot did not show is timed from before the read, so a stall is never shorter
     /// than its work (a 500 ms block was once reported as 494 ms this way).
