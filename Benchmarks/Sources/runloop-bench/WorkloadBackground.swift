@@ -119,10 +119,8 @@ struct BackgroundWorkload: Workload {
 
     /// Context switches of every thread of this process but `excluded`, by thread id.
     private func threadSwitches(excluding excluded: Set<Int32>) -> [Int32: Int] {
-        let tids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         var switches: [Int32: Int] = [:]
-        for name in tids {
-            guard let tid = Int32(name), !excluded.contains(tid) else { continue }
+        for tid in threadIDs().subtracting(excluded) {
             let count = cbench_thread_context_switches(tid)
             if count >= 0 { switches[tid] = count }
         }

@@ -32,6 +32,15 @@ struct StallDetectorTests {
         return nil
     }
 
+    /// Begins the stall a look said to begin (its first sample taken, reported) at `began`, then
+    /// returns the look that sees `next` at `seenAt`.
+    static func beginThenMove(_ detector: inout StallDetector, at began: Int, to next: StallSnapshot, seenAt: Int)
+        -> StallDetector.Look
+    {
+        _ = detector.began(true, reported: true, at: at(began))
+        return detector.look(next, at: at(seenAt))
+    }
+
     @Test func busyPastTheThresholdBegins() throws {
         var detector = StallDetector(Self.settings)
         #expect(detector.look(Self.idle(), at: Self.at(0)).next == .idle)
@@ -92,8 +101,7 @@ struct StallDetectorTests {
         let second = detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(40))
         #expect(second.newWork && second.next == .wait(until: Self.at(120)))
         #expect(detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(120)).next == .begin(busySince: Self.at(20)))
-        _ = detector.began(true, reported: true, at: Self.at(120))
-        let moved = detector.look(Self.busy(1, step: 3, since: 5), at: Self.at(200))
+        let moved = Self.beginThenMove(&detector, at: 120, to: Self.busy(1, step: 3, since: 5), seenAt: 200)
         #expect(moved.ended?.reason == .movedOn && moved.ended?.at == Self.at(200))
     }
 
@@ -108,8 +116,7 @@ struct StallDetectorTests {
         // the stretch before the pass slept (5 ms).
         _ = detector.look(Self.busy(1, step: 2, since: 5), at: Self.at(20))
         #expect(detector.look(Self.busy(1, step: 2, since: 12), at: Self.at(120)).next == .begin(busySince: Self.at(5)))
-        _ = detector.began(true, reported: true, at: Self.at(120))
-        let moved = detector.look(Self.busy(1, step: 3, since: 12), at: Self.at(200))
+        let moved = Self.beginThenMove(&detector, at: 120, to: Self.busy(1, step: 3, since: 12), seenAt: 200)
         #expect(moved.ended?.reason == .movedOn && moved.ended?.at == Self.at(200))
     }
 
