@@ -120,12 +120,14 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
     func deliverBatch(on loop: RunLoop) -> Bool {
         // Clear the flag before taking the batch: a message sent after the take sets it again.
         hasQueued.store(false, ordering: .releasing)
-        let batch: Deque<Message> = queue.locked { queue in
-            let messages = queue.messages
-            queue.messages = Deque(minimumCapacity: messages.count)
-            return messages
+        // The queue is exchanged for the emptied storage of the last batch: no allocation in
+        // steady state.
+        var batch = inFlight.takeSpare()
+        queue.locked { queue in swap(&queue.messages, &batch) }
+        guard !batch.isEmpty else {
+            inFlight.keepSpare(batch)
+            return false
         }
-        guard !batch.isEmpty else { return false }
         inFlight.begin(batch)
         var first = true
         while let message = inFlight.next() {
@@ -251,6 +253,15 @@ struct PortQueue<Message: Sendable>: Sendable {
 @usableFromInline
 final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
     @usableFromInline var batch = Deque<Message>()
+    /// Empty storage for the port's queue to be exchanged for at the next take: the last batch's,
+    /// once delivered.
+    @usableFromInline var spare = Deque<Message>()
+    /// The most messages `batch` has held since it was taken: a burst's storage is not kept.
+    @usableFromInline var largestCount = 0
+
+    /// A batch larger than this gives its storage back once delivered, rather than keeping it as
+    /// the spare.
+    @usableFromInline static var largestKept: Int { 1 << 16 }
 
     @usableFromInline init() {}
 
@@ -259,10 +270,27 @@ final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
     /// accepted is dropped.
     @inlinable func begin(_ messages: Deque<Message>) {
         if batch.isEmpty {
+            // The delivered batch's storage becomes the spare for the next take.
+            keepSpare(batch)
             batch = messages
+            largestCount = messages.count
         } else {
             batch.append(contentsOf: messages)
+            largestCount = max(largestCount, batch.count)
         }
+    }
+
+    /// Keeps `storage` (empty) as the next take's spare, unless a burst made it large.
+    @inlinable func keepSpare(_ storage: Deque<Message>) {
+        assert(storage.isEmpty, "a port's spare storage must be empty")
+        spare = largestCount <= Self.largestKept ? storage : Deque()
+    }
+
+    /// The spare storage, empty, for the port's queue; the spare is left empty of storage.
+    @inlinable func takeSpare() -> Deque<Message> {
+        var storage = Deque<Message>()
+        swap(&storage, &spare)
+        return storage
     }
 
     @inlinable func next() -> Message? { batch.popFirst() }

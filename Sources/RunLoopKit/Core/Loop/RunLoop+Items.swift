@@ -359,17 +359,21 @@ extension RunLoop {
     /// exited (a closure with a warning; a job as ``PendingBlock/dropped(by:)`` says). The inbox
     /// decides under its lock, so a block is either queued before the thread's exit closes the
     /// inbox (and the exit drops it the same way) or refused here: none is left behind.
+    ///
+    /// Only the block that finds the inbox empty asks for the wakeup (`BlockQueue`: the loop takes
+    /// the whole inbox in the pass that answers it).
     @inline(__always)
     func enqueue(_ block: consuming PendingBlock) {
         preconditionNotForked("perform(_:)")
-        if let refused = inbox.push(block) {
+        switch inbox.push(block, firstPush: { wake.request() }) {
+        case .queued(let signal):
+            if signal { signalSleeper() }
+        case .refused(let refused):
             if case .closure = refused.work {
                 Diagnostics.warning("block performed on \(shortDescription) after its thread exited; dropped")
             }
             refused.dropped(by: self)
-            return
         }
-        requestWakeUp()
     }
 
     /// Runs `body` under the lock and bumps ``itemsVersion`` before unlocking: every change to a

@@ -84,7 +84,7 @@ extension RunLoop {
     }
 
     /// Wakes the sleeping loop: writes its eventfd, or posts its futex while it has no descriptors.
-    private func signalSleeper() {
+    func signalSleeper() {
         preconditionNotForked("wakeUp()")
         if wake.sleepsOnFutex.load(ordering: .sequentiallyConsistent) {
             futex.post()
