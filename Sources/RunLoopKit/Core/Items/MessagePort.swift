@@ -128,7 +128,9 @@ public final class MessagePort<Message: Sendable>: Sendable, Hashable, CustomStr
             inFlight.keepSpare(batch)
             return false
         }
-        inFlight.begin(batch)
+        // Consumed: the in-flight batch is then the storage's only owner, so taking messages from
+        // it never copies it.
+        inFlight.begin(consume batch)
         var first = true
         while let message = inFlight.next() {
             if !first { loop.portCalloutBegins(label: calloutLabel) }
@@ -268,12 +270,12 @@ final class InFlightMessages<Message: Sendable>: @unchecked Sendable {
     /// Starts delivering `messages`; a delivery nested in a handler of the batch in flight (the
     /// handler ran the loop) delivers what is left of it first, then these, in order: nothing
     /// accepted is dropped.
-    @inlinable func begin(_ messages: Deque<Message>) {
+    @inlinable func begin(_ messages: consuming Deque<Message>) {
         if batch.isEmpty {
             // The delivered batch's storage becomes the spare for the next take.
             keepSpare(batch)
-            batch = messages
             largestCount = messages.count
+            batch = messages
         } else {
             batch.append(contentsOf: messages)
             largestCount = max(largestCount, batch.count)
