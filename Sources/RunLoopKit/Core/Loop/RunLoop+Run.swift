@@ -508,7 +508,10 @@ extension RunLoop {
             context.scratch.kernelEvents.removeAll(keepingCapacity: true)
         }
         if attention {
-            for item in context.items.sources1 where item.needsAttention {
+            // By index: an unoptimized build's iterator over the existentials allocates.
+            let sources1 = context.items.sources1
+            for index in sources1.indices where sources1[index].needsAttention {
+                let item = sources1[index]
                 if !context.scratch.readySources1.contains(where: { $0.item === item }) {
                     context.scratch.readySources1.append((item, []))
                 }

@@ -72,4 +72,41 @@ import class RunLoopKit.RunLoop
         }
         #expect(allocations == 0)
     }
+
+    /// A port delivering batches of 8 messages, each batch sent by the handler of the last one:
+    /// 1,000 batches after a warm-up, counted on the loop thread. Taking a batch exchanges the
+    /// port's queue for the emptied storage of the batch before, so nothing is allocated.
+    @Test func portBatchesAllocateNothing() {
+        let allocations = TestThreads.runBlocking(timeout: .seconds(10), stackSize: 1 << 20) { () -> Int in
+            let loop = RunLoop.current
+            let delivered = Mutex(0)
+            let counted = Mutex(-1)
+            let portBox = Mutex<MessagePort<Int>?>(nil)
+            let port = MessagePort<Int> { _ in
+                let count = delivered.locked { value -> Int in
+                    value += 1
+                    return value
+                }
+                guard count % 8 == 0 else { return }
+                let batch = count / 8
+                if batch == 100 { alloc_counter_start() }
+                if batch == 1_100 {
+                    let allocations = alloc_counter_stop()
+                    counted.locked { $0 = allocations }
+                    RunLoop.current.stop()
+                    return
+                }
+                guard let port = portBox.locked({ $0 }) else { return }
+                for message in 0..<8 { try? port.send(message) }
+            }
+            portBox.locked { $0 = port }
+            loop.add(port, forMode: .default)
+            for message in 0..<8 { try? port.send(message) }
+            loop.run(mode: .default, for: .seconds(30))
+            port.invalidate()
+            portBox.locked { $0 = nil }
+            return counted.locked { $0 }
+        }
+        #expect(allocations == 0)
+    }
 }
