@@ -32,14 +32,17 @@ import Synchronization
 /// `spin` is held (acquired with an acquiring exchange, released with a releasing store), and
 /// `hasPending` is atomic.
 final class BlockQueue: @unchecked Sendable {
+    // What producers and the loop both touch, in the object's first 16 bytes of fields: those
+    // start 16-byte aligned, so they share one cache line at any address, and a push or an
+    // exchange moves one line, not two. The padding keeps the next object off that line.
     private let spin = SpinLock()
+    private let hasPending = Atomic<Bool>(false)
+    /// Set under the lock by ``close()``: pushes are refused from then on.
+    private var closed = false
     /// Owned (+1). Unmanaged so that a push touches only the buffer, not its reference count: the
     /// count's cache line would otherwise travel between the producers and the loop.
     private var filling = Unmanaged.passRetained(BlockBuffer())
-    private let hasPending = Atomic<Bool>(false)
-
-    /// Set under the lock by ``close()``: pushes are refused from then on.
-    private var closed = false
+    private let padding = CacheLinePadding()
 
     /// What ``push(_:firstPush:)`` did with a block.
     enum Pushed {
@@ -141,6 +144,11 @@ final class BlockBuffer: @unchecked Sendable {
     private var capacity: Int
     private var count = 0
     private var head = 0
+    /// A queue's two buffers are made one after the other, so they would often share a cache
+    /// line: the producers writing `count` of one and the loop `head` of the other would then
+    /// move it between cores at every block (a run's throughput halved or not, by where malloc
+    /// put them). The padding keeps any other object's fields off these fields' line.
+    private let padding = CacheLinePadding()
 
     /// Capacity a fresh buffer starts with, and the one an emptied buffer shrinks back to when a
     /// burst made it larger than ``shrinkAbove``.
@@ -205,4 +213,10 @@ final class BlockBuffer: @unchecked Sendable {
         count -= head
         head = 0
     }
+}
+
+/// 64 bytes of nothing: a stored property of this type keeps the fields before it off the cache
+/// line of whatever is allocated next (see ``BlockQueue`` and ``BlockBuffer``).
+struct CacheLinePadding: Sendable {
+    private let words: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
 }
