@@ -95,23 +95,19 @@ import Synchronization
 ///
 /// A noncopyable value stored in ``RunLoop``: the hot paths reach its atomics without a reference.
 struct WakeProtocol: ~Copyable, Sendable {
-    /// Set while the loop sleeps (or is about to); wakers write the eventfd only then.
-    let sleeping = Atomic<Bool>(false)
+    // What a block's or a message's sender touches comes first, together; what only the loop
+    // writes at every pass (`accepting`) and what only runs and stops change come after the
+    // padding, on other cache lines: the loop's pass-by-pass stores then do not take the line a
+    // sender is about to read from it.
+
     /// A wakeup asked for and not yet taken (``pending``), which makes the next wait return at
     /// once, and whether it includes one asked for with `wakeUp()` or `stop()` while heard
     /// (``byUser``), which a new pass keeps. One word, so that marking and dropping cannot cross.
     let requestWord = Atomic<UInt8>(0)
     static let pending: UInt8 = 1
     static let byUser: UInt8 = 2
-    /// A `wakeUp()` came while the loop did not accept them; relaxed, ordered by `request`.
-    let ignoredUserRequest = Atomic<Bool>(false)
-    /// Whether a `wakeUp()` now is kept until a wait takes it: CoreFoundation's `ignoreWakeUps`,
-    /// inverted. Written by the loop's thread only.
-    let accepting = Atomic<Bool>(false)
-    /// The id of the innermost run in progress, 0 when not running.
-    let innermostRun = Atomic<UInt64>(0)
-    /// The id of the run `stop()` asked to end.
-    let stopRequest = Atomic<UInt64>(0)
+    /// Set while the loop sleeps (or is about to); wakers write the eventfd only then.
+    let sleeping = Atomic<Bool>(false)
     /// A version-1 source has something to deliver that its epoll events do not show (a message
     /// port's messages, a descriptor found closed): the next pass scans the mode's version-1
     /// sources, and a wake by the eventfd is not stale. Stored sequentially consistent, as
@@ -120,6 +116,16 @@ struct WakeProtocol: ~Copyable, Sendable {
     /// The loop sleeps on its futex, not in epoll (it could not open its descriptors): wakers post
     /// the futex.
     let sleepsOnFutex = Atomic<Bool>(false)
+    private let padding = CacheLinePadding()
+    /// Whether a `wakeUp()` now is kept until a wait takes it: CoreFoundation's `ignoreWakeUps`,
+    /// inverted. Written by the loop's thread only.
+    let accepting = Atomic<Bool>(false)
+    /// A `wakeUp()` came while the loop did not accept them; relaxed, ordered by `request`.
+    let ignoredUserRequest = Atomic<Bool>(false)
+    /// The id of the innermost run in progress, 0 when not running.
+    let innermostRun = Atomic<UInt64>(0)
+    /// The id of the run `stop()` asked to end.
+    let stopRequest = Atomic<UInt64>(0)
 
     #if DEBUG
     /// The interleaving explorer's scheduler (tests only): called before each shared step.
