@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -76,6 +77,46 @@ void cbench_run_pair(void *(*side)(void *), void *initiator, void *responder) {
     pthread_create(&ta, NULL, side, initiator);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
+}
+
+// MARK: cache line round trip
+
+struct line_bounce {
+    _Alignas(64) _Atomic long turn;
+    long round_trips;
+    uint64_t elapsed;
+};
+
+static inline void line_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void *line_bounce_side(void *raw) {
+    struct line_bounce *b = raw;
+    for (long i = 0; i < b->round_trips; i++) {
+        while (atomic_load_explicit(&b->turn, memory_order_acquire) != 2 * i + 1) line_relax();
+        atomic_store_explicit(&b->turn, 2 * i + 2, memory_order_release);
+    }
+    return NULL;
+}
+
+double cbench_line_round_trip_ns(long round_trips) {
+    struct line_bounce b = {.round_trips = round_trips};
+    atomic_init(&b.turn, 0);
+    pthread_t other;
+    if (pthread_create(&other, NULL, line_bounce_side, &b) != 0) return -1;
+    uint64_t start = cbench_now_ns();
+    for (long i = 0; i < round_trips; i++) {
+        atomic_store_explicit(&b.turn, 2 * i + 1, memory_order_release);
+        while (atomic_load_explicit(&b.turn, memory_order_acquire) != 2 * i + 2) line_relax();
+    }
+    uint64_t end = cbench_now_ns();
+    pthread_join(other, NULL);
+    return (double)(end - start) / (double)round_trips;
 }
 
 // MARK: control thread

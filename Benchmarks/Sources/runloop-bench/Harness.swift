@@ -69,6 +69,10 @@ struct Metric: Sendable {
 enum MetricKey {
     static let cpu = "cpu_ns_per_op"
     static let allocations = "allocs_per_op"
+    /// The machine's cache-line round trip between two threads, taken just before a repetition
+    /// (`cbench_line_round_trip_ns`): on a virtual machine it changes from one second to the next
+    /// with where the host runs the virtual CPUs, and cross-thread figures follow it.
+    static let lineRoundTrip = "line_round_trip_ns"
 }
 
 /// One repetition's figures, by metric key. A key may be missing where an implementation has no
@@ -102,6 +106,9 @@ protocol Workload: Sendable {
     /// The metric that stands for the workload in the headline table (RunLoopKit against the
     /// floor and its peers): nil keeps it out of that table.
     var headline: String? { get }
+    /// Whether each repetition records the machine's cache-line round trip just before it
+    /// (``MetricKey/lineRoundTrip``): the workloads whose figures ride on cross-core latency.
+    var probesMachine: Bool { get }
 }
 
 extension Workload {
@@ -115,16 +122,26 @@ extension Workload {
     func notes(_ results: WorkloadResults) -> [String] { [] }
     var operations: (count: Int, name: String)? { nil }
     var headline: String? { nil }
+    var probesMachine: Bool { false }
 
     /// Every metric of the table: the workload's own, then CPU and allocations per unit of work
     /// where it has one.
     var allMetrics: [Metric] {
-        guard let operations else { return metrics }
-        return metrics + [
-            Metric(
-                Self.cpuKey, "CPU per \(operations.name) (user+system, every thread)", .nanoseconds, .lowerIsBetter),
-            Metric(Self.allocsKey, "allocations per \(operations.name) (every thread)", .count, .lowerIsBetter),
-        ]
+        var all = metrics
+        if let operations {
+            all += [
+                Metric(
+                    Self.cpuKey, "CPU per \(operations.name) (user+system, every thread)", .nanoseconds, .lowerIsBetter),
+                Metric(Self.allocsKey, "allocations per \(operations.name) (every thread)", .count, .lowerIsBetter),
+            ]
+        }
+        if probesMachine {
+            all.append(
+                Metric(
+                    MetricKey.lineRoundTrip, "the machine: a cache line's round trip between two threads, just before",
+                    .nanoseconds, .lowerIsBetter))
+        }
+        return all
     }
 
     static var cpuKey: String { MetricKey.cpu }
@@ -212,6 +229,8 @@ struct Harness {
         for rep in 0..<reps {
             for i in 0..<impls.count {
                 let impl = impls[(i + rep) % impls.count]
+                // Outside the repetition's CPU and allocation counts: 20,000 round trips, 2-20 ms.
+                let lineRoundTrip = workload.probesMachine ? cbench_line_round_trip_ns(20_000) : nil
                 let started = cbench_now_ns()
                 let cpuBefore = processCPUNanoseconds()
                 let counting = workload.operations != nil && cbench_alloc_counter_available()
@@ -229,6 +248,7 @@ struct Harness {
                     // Likewise the whole repetition's, every thread's: set-up included.
                     measurement[MetricKey.allocations] = Double(allocations) / Double(operations.count)
                 }
+                if let lineRoundTrip { measurement[MetricKey.lineRoundTrip] = lineRoundTrip }
                 for (key, value) in measurement { samples[impl, default: [:]][key, default: []].append(value) }
                 let shown = workload.allMetrics.compactMap { metric in
                     measurement[metric.key].map { "\(metric.key)=\(Format.value($0, metric.unit))" }

@@ -126,6 +126,7 @@ struct MessagePortWorkload: Workload {
 
     var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
     var headline: String? { "messages_per_s" }
+    var probesMachine: Bool { true }
 
     /// The same-policy floor: the submission floor (floors.c), whose items are what a message is to
     /// a port, a value handed to the loop's thread and a call there (no order check).

@@ -20,6 +20,7 @@ struct PingPongWorkload: Workload {
     var metrics: [Metric] { [Metric("round_trip_us", "round trip", .microseconds, .lowerIsBetter)] }
     var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
     var headline: String? { "round_trip_us" }
+    var probesMachine: Bool { true }
 
     /// Round trips counted on loop A; the last one records the end time.
     private final class Rally: @unchecked Sendable {

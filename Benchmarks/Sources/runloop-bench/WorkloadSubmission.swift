@@ -9,7 +9,7 @@ import class RunLoopKit.RunLoop
 
 /// 1. Cross-thread submission: another thread submits blocks that each wake the loop.
 struct SubmissionWorkload: Workload {
-    var blocks = Int(ProcessInfo.processInfo.environment["SUBMIT_BLOCKS"] ?? "") ?? 1_000_000
+    var blocks = 1_000_000
     var operations: (count: Int, name: String)? { (blocks, "block") }
 
     var name: String { "submit" }
@@ -60,11 +60,7 @@ struct SubmissionWorkload: Workload {
         if !spin { loop.wakeUpSpinWindow = .zero }
         let passesBefore = loop.phaseSnapshot.generation
         var m = measure { sink in
-            if ProcessInfo.processInfo.environment["SUBMIT_UNOWNED"] != nil {
-                for _ in 0..<blocks { loop.perform { [unowned(unsafe) sink] in sink.hit() } }
-            } else {
-                for _ in 0..<blocks { loop.perform { sink.hit() } }
-            }
+            for _ in 0..<blocks { loop.perform { sink.hit() } }
         }
         let passes = loop.phaseSnapshot.generation - passesBefore
         m["blocks_per_pass"] = Double(blocks) / Double(max(passes, 1))
@@ -94,6 +90,7 @@ struct SubmissionWorkload: Workload {
 
     var implementations: [Impl] { [.runLoopKit, .cf, .nio, .floor, .runLoopKitSpinOff, .floorSpinOff] }
     var headline: String? { "blocks_per_s" }
+    var probesMachine: Bool { true }
 
     /// The same-policy floor (floors.c): a buffer under RunLoopKit's spin lock, swapped whole by the consumer, the
     /// same wakeups and spin, a function call per item (no closure, no allocation, no pass).

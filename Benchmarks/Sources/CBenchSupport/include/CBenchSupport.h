@@ -41,6 +41,13 @@ uint64_t cbench_pingpong_policy_floor(long round_trips, bool spin);
 /// error.
 uint64_t cbench_submit_policy_floor(long items, bool spin);
 
+/// The machine, not a loop: two threads hand one cache line back and forth `round_trips` times
+/// (each spins, with a CPU pause, until the other has written it). Returns the nanoseconds per
+/// round trip: what one cross-core transfer of a line and back costs right now, the latency every
+/// cross-thread workload's wakeups, locks and buffers pay. On a virtual machine it follows where
+/// the host runs the two virtual CPUs.
+double cbench_line_round_trip_ns(long round_trips);
+
 /// The timer insertion floor with RunLoopKit's policy (floors.c): per timer an allocation, the
 /// loop's lock, a push onto a 4-ary heap and a timerfd re-arm when it is the new earliest; fire
 /// dates now + `offsets[i]` ns. Returns the nanoseconds of the `count` additions, or 0 on error.
