@@ -10,9 +10,9 @@ import Synchronization
 //   sleeping           loop         announceSleep (a kernel or futex     skipsSleep (work found),
 //                                   wait; a foreign wait, see            endSleep
 //                                   RunLoop+ForeignWait.swift)
-//   request.pending    any / loop   request (wakeUp, stop, a block,      takeRequest (a wait or poll),
-//                                   a message, an item change)           dropLibraryRequest (a pass
-//                                                                        begins, a run ends) unless
+//   request.pending    any / loop   request (wakeUp, stop, the block     takeRequest (a wait or poll),
+//                                   that finds the inbox empty, a        dropLibraryRequest (a pass
+//                                   message, an item change)             begins, a run ends) unless
 //                                                                        request.byUser is set
 //   request.byUser     any / loop   wakeUp while accepting, in the same  takeRequest
 //                                   read-modify-write as pending
