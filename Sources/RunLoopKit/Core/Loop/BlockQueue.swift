@@ -25,8 +25,11 @@ import Synchronization
 /// while blocks wait, a push writes nothing the loop reads, so a producer running ahead of its
 /// loop pays no fence and no cache miss for the loop's wake flags. A push that finds blocks
 /// waiting knows a request was made after the first of them and that the loop has not taken
-/// them since (taking them empties the queue under the same lock); the loop answers every
-/// request with a pass that takes the whole queue.
+/// them since (taking them empties the queue under the same lock). What keeps such a block from
+/// waiting with the loop asleep is the loop's side: every place that drops or takes a request
+/// either takes the queue after (a pass's blocks phase) or looks at ``hasReady`` once it has
+/// announced its sleep (the wake protocol's `handedOver` check, a foreign wait's look, virtual
+/// time's), so a request dropped without the queue taken (a nested run's end) loses nothing.
 ///
 /// `@unchecked Sendable`: `filling` (and the buffer it points to) is read and written only while
 /// `spin` is held (acquired with an acquiring exchange, released with a releasing store), and
@@ -147,7 +150,8 @@ final class BlockBuffer: @unchecked Sendable {
     /// A queue's two buffers are made one after the other, so they would often share a cache
     /// line: the producers writing `count` of one and the loop `head` of the other would then
     /// move it between cores at every block (a run's throughput halved or not, by where malloc
-    /// put them). The padding keeps any other object's fields off these fields' line.
+    /// put them). The padding keeps the fields of an object allocated after this one (the other
+    /// buffer, the loop's instrumentation) off these fields' lines.
     private let padding = CacheLinePadding()
 
     /// Capacity a fresh buffer starts with, and the one an emptied buffer shrinks back to when a

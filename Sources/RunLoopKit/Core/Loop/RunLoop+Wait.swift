@@ -54,7 +54,9 @@ extension RunLoop {
     ///   non-blocking `epoll_wait`.
     public var hasPendingInput: Bool {
         guard isCurrent else { return false }
-        if wake.hasRequest || wake.source1Attention.load(ordering: .relaxed) { return true }
+        // The inbox too: only the block that finds it empty asks for a wakeup, and a nested run
+        // may have dropped that request with the blocks still there.
+        if wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .relaxed) { return true }
         let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
             guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
             let mode = state.modes[index]

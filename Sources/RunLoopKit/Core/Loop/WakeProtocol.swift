@@ -1,8 +1,9 @@
 import Synchronization
 
 // The wake protocol: every decision about whether a pass sleeps and what ends a sleep, in one
-// type. The run algorithm (RunLoop+Run.swift) and the wakers (RunLoop.swift: wakeUp, stop,
-// requestWakeUp) call these steps and nothing else touches the flags.
+// type. The run algorithm (RunLoop+Run.swift) and the wakers (RunLoop+Waking.swift: wakeUp,
+// stop, requestWakeUp; RunLoop+Items.swift: enqueue, for the block that finds the inbox empty)
+// call these steps and nothing else touches the flags.
 //
 // Shared state (atomics; "loop" = written only by the loop's thread):
 //

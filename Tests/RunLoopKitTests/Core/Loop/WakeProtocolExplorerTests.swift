@@ -10,9 +10,10 @@ import Testing
 // does (RunLoop+Run.swift and RunLoop+Wait.swift: beginRun, beginPass, doBlocks, a callout that may run the loop nested,
 // wait, stopAccepting, doBlocks, takeStop, endRun). Its sleep is the protocol's own `sleep`, the
 // function KernelWait and FutexWait call, with a sleeper whose block is a modeled eventfd that
-// blocks the actor. The other actors are wakers: a thread performing blocks (push, then
-// `request`, then write the eventfd if told to), `wakeUp()`, `stop()`. Each step either actor can
-// see is a choice point.
+// blocks the actor. The other actors are wakers: a thread performing blocks (under the inbox's
+// lock: push, and for the block that finds the inbox empty `request`; then write the eventfd if
+// told to), `wakeUp()`, `stop()`. Each step either actor can see is a choice point; the loop's
+// take of the inbox waits while a waker holds the inbox's lock, as BlockQueue's exchange does.
 //
 // The properties, checked when the loop blocks with no one left to wake it (the run's natural end
 // once every waker is done) and at the end:
@@ -34,6 +35,9 @@ fileprivate final class WakeModel: @unchecked Sendable {
     var eventfd = 0
     var loopBlocked = false
     var inbox: [Mode] = []
+    /// A waker holds the inbox's lock (BlockQueue's spin lock); the loop waits to take the inbox.
+    var inboxLocked = false
+    var loopWaitsForInbox = false
     var confined: [Mode] = []
     var blocksTakenByNestedRun = false
     var nextRunID: UInt64 = 0
@@ -162,6 +166,10 @@ fileprivate final class WakeModel: @unchecked Sendable {
     /// Takes the inbox; runs the blocks for `mode`, keeps the others, in order.
     private func doBlocks(_ mode: Mode) {
         explorer.step("loop: take the inbox")
+        while inboxLocked {
+            loopWaitsForInbox = true
+            _ = explorer.block()
+        }
         confined += inbox
         inbox = []
         confined.removeAll { $0 == mode }
@@ -184,11 +192,21 @@ fileprivate final class WakeModel: @unchecked Sendable {
 
     // MARK: Wakers
 
-    /// `perform(inModes:)` from another thread: push, then the coalesced wakeup.
+    /// `perform(inModes:)` from another thread (RunLoop.enqueue): under the inbox's lock, push,
+    /// and ask for the wakeup if the inbox was empty; then wake the sleeping loop.
     func performBlock(_ mode: Mode) {
-        explorer.step("waker: push a block")
+        explorer.step("waker: lock the inbox, push a block")
+        inboxLocked = true
+        let first = inbox.isEmpty
         inbox.append(mode)
-        if wake.request() { writeEventfd() }
+        let mustSignal = first && wake.request()
+        explorer.step("waker: unlock the inbox")
+        inboxLocked = false
+        if loopWaitsForInbox {
+            loopWaitsForInbox = false
+            explorer.unblock(0)
+        }
+        if mustSignal { writeEventfd() }
     }
 
     /// `wakeUp()`.
@@ -255,6 +273,12 @@ fileprivate final class WakeModel: @unchecked Sendable {
             description: "a block, a wakeUp() and a nested run",
             loop: { $0.run(.outer, poll: false, nested: { $0.run(.inner, poll: true) }) },
             others: [{ $0.performBlock(.outer) }, { $0.wakeUp() }], bound: 2),
+        // The second block finds the first waiting and asks for nothing: the nested run may drop
+        // the first one's request, and the enclosing run must still find both.
+        Scenario(
+            description: "two blocks while a callout runs the loop nested in another mode",
+            loop: { $0.run(.outer, poll: false, nested: { $0.run(.inner, poll: true) }) },
+            others: [{ $0.performBlock(.outer); $0.performBlock(.outer) }]),
     ]
 
     fileprivate static func explore(_ scenario: Scenario, omitting line: WakeProtocol.Line? = nil) async
