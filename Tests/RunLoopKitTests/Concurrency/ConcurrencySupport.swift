@@ -74,7 +74,7 @@ final class ModalLoop: Sendable {
     }
 
     /// Waits (bounded) until the loop has run a block in `mode`, that is, until it runs in `mode`.
-    func entered(_ mode: RunLoop.Mode, timeout: Duration = .seconds(10)) async -> Bool {
+    func entered(_ mode: RunLoop.Mode, timeout: Duration = concurrencyPatience) async -> Bool {
         let entered = TestEvent()
         loop.perform(inModes: [mode]) { entered.fire() }
         return await entered.waitAsync(timeout: timeout) { $0 }
@@ -83,7 +83,7 @@ final class ModalLoop: Sendable {
     /// Signals the probe source and waits (bounded) until a pass of a private mode has performed
     /// it. Every such pass runs the blocks of its mode first, so a block queued before this call
     /// and meant for the running mode would have run.
-    func pulse(timeout: Duration = .seconds(10)) async -> Bool {
+    func pulse(timeout: Duration = concurrencyPatience) async -> Bool {
         let before = probePasses.read { $0 }
         probe.signal()
         loop.wakeUp()

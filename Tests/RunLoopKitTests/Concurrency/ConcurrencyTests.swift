@@ -38,7 +38,7 @@ import Testing
             counts.update { $0.append(count) }
         }
         host.loop.add(timer, forMode: .default)
-        #expect(await counts.waitAsync(timeout: .seconds(10)) { $0.count == 2 })
+        #expect(await counts.waitAsync(timeout: concurrencyPatience) { $0.count == 2 })
         #expect(counts.read { $0 }.sorted() == [2, 3])
         #expect(await actor.count == 3)
         #expect(await actor.offThread == 0)
@@ -63,7 +63,7 @@ import Testing
         for index in 0..<calls {
             await actor.record("job \(index)", into: trace)
             // The next job waits until the loop has fired the timer since this one.
-            #expect(await trace.waitAsync(timeout: .seconds(10)) { $0.last == "tick" })
+            #expect(await trace.waitAsync(timeout: concurrencyPatience) { $0.last == "tick" })
         }
         ticker.invalidate()
 
@@ -105,7 +105,7 @@ import Testing
 
         // Back in a common mode, the waiting job runs there.
         host.switchMode(to: .default)
-        #expect(await placements.waitAsync(timeout: .seconds(10)) { !$0.isEmpty })
+        #expect(await placements.waitAsync(timeout: concurrencyPatience) { !$0.isEmpty })
         let ran = placements.read { $0 }
         #expect(ran.map(\.mode) == [.default])
         #expect(ran.allSatisfy { $0.onLoopThread })
