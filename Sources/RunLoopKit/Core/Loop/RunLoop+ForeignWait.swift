@@ -92,7 +92,7 @@ extension RunLoop {
             found = !ready.isEmpty || outcome.timerExpired || takeWaitOutcome(outcome)
         }
         confined.foreignWait.set = nil
-        return found || wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .sequentiallyConsistent)
+        return found || hasInputFromOtherThreads
     }
 
     /// Whether the loop was made before this process was forked (its descriptors are the

@@ -360,8 +360,8 @@ extension RunLoop {
     /// decides under its lock, so a block is either queued before the thread's exit closes the
     /// inbox (and the exit drops it the same way) or refused here: none is left behind.
     ///
-    /// Only the block that finds the inbox empty asks for the wakeup (`BlockQueue`: the loop takes
-    /// the whole inbox in the pass that answers it).
+    /// Only the block that finds the inbox empty asks for the wakeup; why the others need not is
+    /// in `BlockQueue`'s documentation.
     @inline(__always)
     func enqueue(_ block: consuming PendingBlock) {
         preconditionNotForked("perform(_:)")

@@ -54,9 +54,7 @@ extension RunLoop {
     ///   non-blocking `epoll_wait`.
     public var hasPendingInput: Bool {
         guard isCurrent else { return false }
-        // The inbox too: only the block that finds it empty asks for a wakeup, and a nested run
-        // may have dropped that request with the blocks still there.
-        if wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .relaxed) { return true }
+        if hasInputFromOtherThreads { return true }
         let (timerDeadline, set) = state.locked { state -> (Int64, EpollBackend.InterestSet?) in
             guard let index = state.runningModes.last else { return (LoopClock.never, nil) }
             let mode = state.modes[index]
@@ -65,6 +63,16 @@ extension RunLoop {
         if timerDeadline != LoopClock.never && timerDeadline <= LoopClock.now() { return true }
         guard let set, let backend else { return false }
         return backend.hasReadyDescriptor(in: set)
+    }
+
+    /// Whether another thread has handed the loop something: a wakeup requested, blocks in the
+    /// inbox, or a version-1 source asking for attention (a port's messages). The inbox is looked
+    /// at itself, not only through the request: only the block that finds it empty asks for a
+    /// wakeup, and a nested run may have dropped that request with the blocks still there. A hint
+    /// (each flag read once); loop thread.
+    @inline(__always)
+    var hasInputFromOtherThreads: Bool {
+        wake.hasRequest || inbox.hasReady || wake.source1Attention.load(ordering: .sequentiallyConsistent)
     }
 
     /// Brings the kernel side up to date before a wait: the loop's descriptors opened if it lacks
